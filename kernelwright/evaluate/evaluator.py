@@ -1,0 +1,227 @@
+"""The evaluator's front door: one candidate in, one EvalResult out.
+
+Runs in the caller's (long-lived) process and never executes candidate code: it extracts the
+program, applies the static rules, prepares a build folder keyed by the source's hash and an
+environment, hands the job to the sandbox, and turns what comes back — or the child's death —
+into a verdict. After a timeout or crash on a GPU it checks that the GPU still answers before it
+returns, and the next evaluation on that GPU checks again before it starts.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from kernelwright.evaluate import sandbox
+from kernelwright.evaluate.static_checks import check_source
+from kernelwright.extract import extract_code
+from kernelwright.records import EvalResult, Finding, Stage, Task, Verdict, sha256_text
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 240.0
+
+
+class EvaluatorError(Exception):
+    """Bad input to the evaluator itself (never raised for anything a candidate holds)."""
+
+
+class GPUUnavailableError(EvaluatorError):
+    """A GPU stopped answering after a candidate timed out or crashed on it."""
+
+    def __init__(self, device: str, result: Optional[EvalResult] = None):
+        super().__init__(f"GPU {device} no longer answers after the last candidate; stopping "
+                         "(check nvidia-smi; the machine may need a reset by its owner)")
+        self.device, self.result = device, result
+
+
+@dataclass
+class EvalConfig:
+    device: str = "cpu"
+    timeout: float = DEFAULT_TIMEOUT_S
+    trials: int = 5
+    seed: int = 42
+    atol: Optional[float] = None  # None: 1e-4 for fp32, 1e-2 for fp16/bf16
+    rtol: Optional[float] = None
+    warmup: int = 10
+    iters: int = 100
+    input_sets: int = 8
+    flush_cache: bool = True
+    time: bool = True  # time correct candidates (and no_custom_kernel ones) against the reference
+    compile_only: bool = False
+    # Off only to study the dynamic checks on their own (tests, research); never for real results.
+    static_checks: bool = True
+    size: str = "auto"  # small | full | auto (small on CPU, full on GPU)
+    cache_dir: Optional[str] = None
+    keep_workdir: bool = False
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+def cache_root(cfg: EvalConfig) -> Path:
+    root = cfg.cache_dir or os.environ.get("KERNELWRIGHT_CACHE") or os.path.join(Path.home(), ".cache", "kernelwright")
+    return Path(root)
+
+
+# GPUs on which a candidate timed out or crashed; probed before the next evaluation uses them.
+_suspect_gpus: set[str] = set()
+
+
+def validate_device(device: str, compile_only: bool = False) -> str:
+    d = device.strip().lower()
+    if d == "cpu":
+        return d
+    if d == "cuda" or (d.startswith("cuda:") and d[5:].isdigit()):
+        if compile_only:
+            return d
+        import torch
+
+        if not torch.cuda.is_available():
+            raise EvaluatorError(f"device {device!r}: no CUDA GPU is visible here (use --device cpu, or --compile-only)")
+        index = int(d[5:]) if ":" in d else torch.cuda.current_device()
+        if index >= torch.cuda.device_count():
+            raise EvaluatorError(f"device {device!r}: only {torch.cuda.device_count()} GPU(s) visible")
+        return f"cuda:{index}"
+    raise EvaluatorError(f"unknown device {device!r}: use cpu, cuda or cuda:N")
+
+
+def _early(verdict: Verdict, error: Optional[str], task: Task, code_hash: Optional[str], cfg: EvalConfig,
+           findings: Optional[list[Finding]] = None) -> EvalResult:
+    return EvalResult(verdict=verdict, error=error, task_id=task.id, candidate_hash=code_hash,
+                      device=cfg.device, compile_only=cfg.compile_only, findings=findings or [],
+                      stages=[Stage(name="static", seconds=0.0, ok=False, detail=verdict.value)])
+
+
+def evaluate(task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None) -> EvalResult:
+    """Evaluate a candidate (raw model text or a Python file's contents) against a task."""
+    cfg = cfg or EvalConfig()
+    cfg.device = validate_device(cfg.device, cfg.compile_only)
+    code = extract_code(candidate_text)
+    if code is None:
+        return _early(Verdict.NO_CODE, "no Python code found in the candidate", task, None, cfg)
+    code_hash = sha256_text(code)
+    try:
+        ast.parse(code)
+    except SyntaxError as e:
+        return _early(Verdict.SYNTAX_ERROR, f"SyntaxError: {e.msg} (line {e.lineno})", task, code_hash, cfg)
+    except (ValueError, RecursionError, MemoryError) as e:  # null bytes, absurd nesting
+        return _early(Verdict.SYNTAX_ERROR, f"unparsable source: {type(e).__name__}", task, code_hash, cfg)
+    findings = check_source(code)
+    strict = [f for f in findings if f.severity == "strict"]
+    if strict and cfg.static_checks:
+        msg = "; ".join(f"{f.rule}: {f.message}" + (f" (line {f.line})" if f.line else "") for f in strict)
+        return _early(Verdict.STATIC_VIOLATION, msg, task, code_hash, cfg, findings)
+
+    if cfg.device.startswith("cuda") and not cfg.compile_only and cfg.device in _suspect_gpus:
+        if not sandbox.probe_gpu(cfg.device):
+            raise GPUUnavailableError(cfg.device)
+        _suspect_gpus.discard(cfg.device)
+
+    result = _run_in_sandbox(task, code, code_hash, cfg)
+    result.findings = findings
+    if result.verdict in (Verdict.TIMEOUT, Verdict.CRASH) and cfg.device.startswith("cuda") and not cfg.compile_only:
+        result.gpu_healthy = sandbox.probe_gpu(cfg.device)
+        if not result.gpu_healthy:
+            raise GPUUnavailableError(cfg.device, result)
+    return result
+
+
+def _size_for(cfg: EvalConfig) -> str:
+    if cfg.size in ("small", "full"):
+        return cfg.size
+    return "full" if cfg.device.startswith("cuda") else "small"
+
+
+def _environment(cfg: EvalConfig, root: Path, device: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "KERNELWRIGHT_SIZE": _size_for(cfg),
+        # load_inline builds are keyed by source hash (instrument.py); these catch the rest.
+        "TORCH_EXTENSIONS_DIR": str(root / "torch_extensions"),
+        "TRITON_CACHE_DIR": str(root / "triton" / device.replace(":", "")),
+        "MAX_JOBS": env.get("MAX_JOBS", str(max(1, os.cpu_count() or 1))),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    })
+    if cfg.compile_only and "TORCH_CUDA_ARCH_LIST" not in env:
+        from kernelwright.evaluate.compile_only import gpu_arch_list
+
+        env["TORCH_CUDA_ARCH_LIST"] = gpu_arch_list()
+    # The worker must import this package even when it is not installed (a source checkout).
+    pkg_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
+    env.update(cfg.extra_env)
+    return env
+
+
+def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig) -> EvalResult:
+    root = cache_root(cfg)
+    workdir = tempfile.mkdtemp(prefix="kw-eval-")
+    job = {
+        "task_source": task.source,
+        "candidate_source": code,
+        # compile-only never touches a GPU: the worker runs on the CPU and only builds
+        "device": "cpu" if cfg.compile_only else cfg.device,
+        "trials": cfg.trials,
+        "seed": cfg.seed,
+        "atol": cfg.atol,
+        "rtol": cfg.rtol,
+        "timing": {"warmup": cfg.warmup, "iters": cfg.iters, "flush_cache": cfg.flush_cache},
+        "input_sets": cfg.input_sets,
+        "time": cfg.time,
+        "compile_only": cfg.compile_only,
+        "workdir": workdir,
+        "builds_root": str(root / "builds"),
+    }
+    try:
+        outcome = sandbox.run_job(job, timeout=cfg.timeout, env=_environment(cfg, root, cfg.device), cwd=workdir)
+    finally:
+        if not cfg.keep_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return _assemble(task, code_hash, cfg, outcome)
+
+
+def _assemble(task: Task, code_hash: str, cfg: EvalConfig, out: sandbox.SandboxOutcome) -> EvalResult:
+    stages = [Stage(name=m["name"], seconds=m["seconds"], ok=m["ok"], detail=m.get("detail"))
+              for m in out.messages if m.get("type") == "stage"]
+    final = out.final
+    base = dict(task_id=task.id, candidate_hash=code_hash, device=cfg.device, compile_only=cfg.compile_only,
+                stages=stages, output_tail=out.output[-4000:] if out.output else None)
+    if out.timed_out:
+        where = out.last_stage or "start-up"
+        return EvalResult(verdict=Verdict.TIMEOUT, error=f"killed after {cfg.timeout:.0f} s during stage '{where}'",
+                          compiled=_compiled_by(stages), **base)
+    if final is None:
+        sig = out.death_signal
+        why = f"killed by {sig}" if sig else f"exited with code {out.returncode} before reporting (os._exit?)"
+        where = out.last_stage or "start-up"
+        return EvalResult(verdict=Verdict.CRASH, error=f"the evaluation process {why} during stage '{where}'",
+                          compiled=_compiled_by(stages), **base)
+    verdict_name = final["verdict"]
+    if verdict_name == "reference_error":
+        raise EvaluatorError(f"task {task.id}: the reference itself fails: {final.get('error')}")
+    fields = dict(final.get("fields") or {})
+    fields.pop("builds", None)
+    result = EvalResult(verdict=Verdict(verdict_name), error=final.get("error"), **base, **{
+        k: v for k, v in fields.items() if k in EvalResult.model_fields})
+    result.correct = result.verdict in (Verdict.CORRECT, Verdict.NO_CUSTOM_KERNEL)
+    if result.verdict in (Verdict.COMPILE_ERROR, Verdict.HALLUCINATED_API, Verdict.SYNTAX_ERROR):
+        result.compiled = False
+    if out.forged_lines:
+        result.flags.append(f"{out.forged_lines} unauthenticated line(s) on the result pipe")
+    if result.verdict == Verdict.CHEAT:
+        result.correct = False
+    return result
+
+
+def _compiled_by(stages: list[Stage]) -> bool:
+    return any(s.name == "compile" and s.ok for s in stages)
+
+
+def config_dict(cfg: EvalConfig) -> dict:
+    return asdict(cfg)

@@ -1,0 +1,256 @@
+"""Dynamic evidence, gathered inside the worker: did custom compiled code run, was anything tampered.
+
+Custom-kernel proof. Before the candidate is imported, the entry points that produce compiled
+code are wrapped:
+- `torch.utils.cpp_extension.load_inline` / `load`: the returned extension module is wrapped so
+  that each of its functions counts its *successful* calls (a call that raised and was papered
+  over by a PyTorch fallback does not count);
+- Triton: `JITFunction.run` (compiled launches, also reached through autotuners) and, under
+  TRITON_INTERPRET=1, the interpreter's `run`;
+- operators a candidate registers with the dispatcher (`TORCH_LIBRARY`, `is_python_module=False`):
+  the set of operator names before and after import is diffed; calls to new ones are counted
+  from a profiler trace of one extra forward.
+A candidate is credited with a custom kernel only if these counters move during `forward`.
+
+Tamper check. A snapshot of the objects the evaluator relies on (clocks, synchronize, events,
+comparison functions, RNG seeding, the evaluator's own functions) is taken before the candidate
+is imported and compared after every phase; any rebinding is a cheat.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import inspect
+import json
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from typing import Any, Callable, Optional
+
+import torch
+import torch.utils.cpp_extension as cpp_extension
+
+log = logging.getLogger(__name__)
+
+
+class CallCounter:
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.builds: list[dict[str, Any]] = []  # one per load_inline/load call
+        self.triton_kernels: set[str] = set()
+
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(self.calls)
+
+
+class _CountingModule:
+    """Stands in for an extension module; its functions count successful calls."""
+
+    def __init__(self, module: Any, label: str, counter: CallCounter):
+        object.__setattr__(self, "_kw_module", module)
+        object.__setattr__(self, "_kw_label", label)
+        object.__setattr__(self, "_kw_counter", counter)
+        object.__setattr__(self, "_kw_cache", {})
+
+    def __getattr__(self, name: str) -> Any:
+        cache = object.__getattribute__(self, "_kw_cache")
+        if name in cache:
+            return cache[name]
+        value = getattr(object.__getattribute__(self, "_kw_module"), name)
+        if callable(value) and not name.startswith("__"):
+            value = _counted(value, f"{object.__getattribute__(self, '_kw_label')}.{name}",
+                             object.__getattribute__(self, "_kw_counter"))
+        cache[name] = value
+        return value
+
+    def __dir__(self) -> list[str]:
+        return dir(object.__getattribute__(self, "_kw_module"))
+
+
+def _counted(fn: Callable[..., Any], key: str, counter: CallCounter) -> Callable[..., Any]:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        result = fn(*args, **kwargs)
+        counter.calls[key] += 1
+        return result
+
+    counted.__name__ = getattr(fn, "__name__", key)
+    counted.__doc__ = getattr(fn, "__doc__", None)
+    return counted
+
+
+def install(counter: CallCounter, builds_root: Optional[str] = None,
+            build_fn: Optional[Callable[..., Any]] = None) -> None:
+    """Wrap the compiled-code entry points. `build_fn` replaces load_inline (compile-only mode)."""
+    real_inline = build_fn or cpp_extension.load_inline
+    real_load = cpp_extension.load
+    signature = inspect.signature(cpp_extension.load_inline)
+
+    def make(real: Callable[..., Any], kind: str) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            name = kwargs.get("name", args[0] if args else "?")
+            started = time.monotonic()
+            record: dict[str, Any] = {"kind": kind, "name": str(name), "ok": False}
+            counter.builds.append(record)
+            try:
+                if kind == "load_inline" and builds_root:
+                    module = _keyed_build(real, signature, builds_root, args, kwargs)
+                else:
+                    module = real(*args, **kwargs)
+            finally:
+                record["seconds"] = round(time.monotonic() - started, 3)
+            record["ok"] = True
+            if module is None:  # is_python_module=False: ops were registered with the dispatcher
+                return None
+            return _CountingModule(module, str(name), counter)
+
+        wrapper.__name__ = real.__name__
+        wrapper.__doc__ = real.__doc__
+        return wrapper
+
+    cpp_extension.load_inline = make(real_inline, "load_inline")  # type: ignore[assignment]
+    cpp_extension.load = make(real_load, "load")  # type: ignore[assignment]
+    _install_triton(counter)
+
+
+def _keyed_build(real: Callable[..., Any], signature: inspect.Signature, root: str,
+                 args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Build in `<root>/<hash of what is built>`: identical sources and flags reuse the build
+    (torch skips an up-to-date one), whichever candidate file they came from."""
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
+        return real(*args, **kwargs)  # let load_inline raise its own, genuine TypeError
+    material = {k: v for k, v in bound.arguments.items() if k not in ("build_directory", "verbose")}
+    material["arch"] = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
+    material["torch"] = torch.__version__
+    key = hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:24]
+    build_dir = os.path.join(root, key)
+    os.makedirs(build_dir, exist_ok=True)
+    bound.arguments["build_directory"] = build_dir
+    with open(os.path.join(build_dir, ".kw.flock"), "w") as lock_file:
+        # One build of the same sources at a time. Holding the flock means no live process is
+        # building here, so a `lock` file torch's FileBaton left behind is from a killed build
+        # and would otherwise make every later build wait forever.
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        stale = os.path.join(build_dir, "lock")
+        if os.path.exists(stale):
+            log.info("removing stale build lock %s", stale)
+            os.unlink(stale)
+        return real(*bound.args, **bound.kwargs)
+
+
+def _install_triton(counter: CallCounter) -> None:
+    try:
+        from triton.runtime.jit import JITFunction
+    except Exception:  # triton missing or broken: nothing to wrap
+        return
+    classes: list[Any] = [JITFunction]
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+        classes.append(InterpretedFunction)
+    except Exception:
+        pass
+    for cls in classes:
+        real_run = cls.run
+
+        def run(self: Any, *args: Any, _real: Callable[..., Any] = real_run, **kwargs: Any) -> Any:
+            result = _real(self, *args, **kwargs)
+            # warmup=True compiles without launching: not a call
+            if not kwargs.get("warmup", False):
+                name = getattr(getattr(self, "fn", None), "__name__", None) or getattr(self, "__name__", "triton")
+                counter.calls[f"triton.{name}"] += 1
+            return result
+
+        cls.run = run
+
+
+def dispatcher_ops() -> set[str]:
+    try:
+        return set(torch._C._dispatch_get_all_op_names())
+    except Exception:
+        return set()
+
+
+def count_new_op_calls(new_ops: set[str], fn: Callable[[], Any]) -> dict[str, int]:
+    """Run `fn` under the profiler and count calls to operators the candidate registered."""
+    if not new_ops:
+        fn()
+        return {}
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    hits: Counter[str] = Counter()
+    for evt in prof.events():
+        if evt.name in new_ops:
+            hits[f"op.{evt.name}"] += 1
+    return dict(hits)
+
+
+# --- tamper check ---------------------------------------------------------------------------
+
+def _guarded() -> list[tuple[str, Any, str]]:
+    import time as time_mod
+
+    import kernelwright.evaluate.compare as compare_mod
+    import kernelwright.evaluate.timing as timing_mod
+
+    items: list[tuple[str, Any, str]] = [
+        ("time", time_mod, "perf_counter"), ("time", time_mod, "time"), ("time", time_mod, "monotonic"),
+        ("time", time_mod, "perf_counter_ns"), ("torch", torch, "allclose"), ("torch", torch, "equal"),
+        ("torch", torch, "manual_seed"), ("torch", torch, "isfinite"), ("torch.Tensor", torch.Tensor, "__eq__"),
+        ("torch.Tensor", torch.Tensor, "clone"), ("torch.Tensor", torch.Tensor, "to"),
+        ("torch.cuda", torch.cuda, "synchronize"), ("torch.cuda", torch.cuda, "Event"),
+        ("torch.cuda.Event", torch.cuda.Event, "elapsed_time"), ("torch.cuda.Event", torch.cuda.Event, "record"),
+        ("torch.cuda.Event", torch.cuda.Event, "synchronize"),
+    ]
+    for mod in (timing_mod, compare_mod):
+        for name in dir(mod):
+            if not name.startswith("__") and callable(getattr(mod, name)):
+                items.append((mod.__name__, mod, name))
+    return items
+
+
+class TamperGuard:
+    def __init__(self) -> None:
+        self.items = _guarded()
+        self.originals = [getattr(obj, attr, None) for _, obj, attr in self.items]
+
+    def changed(self) -> list[str]:
+        out = []
+        for (label, obj, attr), orig in zip(self.items, self.originals):
+            if getattr(obj, attr, None) is not orig:
+                out.append(f"{label}.{attr} was replaced")
+        return out
+
+
+# --- work left running after forward -----------------------------------------------------------
+
+def python_threads() -> set[int]:
+    return {t.ident for t in threading.enumerate() if t.ident is not None}
+
+
+def child_pids() -> set[int]:
+    me = str(os.getpid())
+    pids = set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return pids
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if fields[1].decode() == me:
+                pids.add(int(entry))
+        except (OSError, IndexError):
+            continue
+    return pids

@@ -1,0 +1,416 @@
+"""What runs inside the sandbox's child process: build, check, prove and time one candidate.
+
+Protocol: argv[1] is the result pipe's fd; the job arrives as JSON on stdin with a nonce that
+every message back must carry (see sandbox.py). Messages: `stage_start`, `stage` (name, seconds,
+ok, detail) and one final `result`. Everything the candidate can do wrong ends as a `result`
+with a verdict, or — if it kills the process — as the parent's `crash`/`timeout`.
+
+Order of work, and why:
+1. The reference module and model are built *before* the candidate is imported: nothing the
+   candidate does at import can touch the reference's parameters.
+2. The clocks, comparison functions and extension entry points are captured/wrapped before the
+   candidate is imported (timing.py, compare.py, instrument.py).
+3. In each correctness trial the candidate runs *before* the reference on the same fresh inputs,
+   so memory it did not write cannot hold this trial's expected answer.
+4. After timing, one more check on never-seen inputs: a candidate that starts caching once it is
+   called repeatedly is caught there.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import importlib.util
+import json
+import os
+import random
+import sys
+import time
+import traceback
+import types
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional
+
+# Let the candidate's compiled code use at most the cores we were given, and never dump core.
+try:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+except Exception:  # pragma: no cover - not fatal
+    pass
+
+
+class Channel:
+    def __init__(self, fd: int, nonce: str):
+        self.fd, self.nonce = fd, nonce
+
+    def send(self, **msg: Any) -> None:
+        data = json.dumps({**msg, "nonce": self.nonce}, default=str).encode()
+        # A leading newline re-synchronises the stream if a candidate wrote a partial line here.
+        os.write(self.fd, b"\n" + data + b"\n")
+
+
+class Finish(Exception):
+    """Ends the evaluation with a verdict (an outcome, not a worker bug)."""
+
+    def __init__(self, verdict: str, error: Optional[str] = None, **fields: Any):
+        super().__init__(verdict)
+        self.verdict, self.error, self.fields = verdict, error, fields
+
+
+class Worker:
+    def __init__(self, job: dict[str, Any], ch: Channel):
+        self.job, self.ch = job, ch
+        self.fields: dict[str, Any] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        self.ch.send(type="stage_start", name=name)
+        start = time.monotonic()
+        ok, detail = False, None
+        try:
+            yield
+            ok = True
+        except Finish as f:
+            detail = f.verdict
+            raise
+        except BaseException as e:  # noqa: BLE001 - reported as a stage failure, then re-raised
+            detail = type(e).__name__
+            raise
+        finally:
+            self.ch.send(type="stage", name=name, seconds=round(time.monotonic() - start, 4), ok=ok, detail=detail)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _import(self, source: str, modname: str, filename: str) -> types.ModuleType:
+        path = os.path.join(self.job["workdir"], filename)
+        with open(path, "w") as f:
+            f.write(source)
+        spec = importlib.util.spec_from_file_location(modname, path)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = module
+        spec.loader.exec_module(module)
+        return module
+
+    def _seed(self, seed: int) -> None:
+        import torch
+
+        random.seed(seed)
+        torch.manual_seed(seed)
+        try:
+            import numpy as np
+
+            np.random.seed(seed % 2**32)
+        except ImportError:
+            pass
+
+    def _inputs(self, seed: int) -> list[Any]:
+        import torch
+
+        self._seed(seed)
+        raw = self.ref_mod.get_inputs()
+        return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in raw]
+
+    @staticmethod
+    def _clone(inputs: list[Any]) -> list[Any]:
+        import torch
+
+        return [x.clone() if isinstance(x, torch.Tensor) else copy.deepcopy(x) for x in inputs]
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            self.timing._synchronize()
+
+    def _error_text(self, exc: BaseException, log: str = "") -> str:
+        from kernelwright.evaluate.taxonomy import first_relevant_lines
+
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = [f"  {os.path.basename(fr.filename)}:{fr.lineno} in {fr.name}" for fr in frames
+                 if fr.filename.endswith(("candidate.py", "reference.py"))][-3:]
+        head = f"{type(exc).__name__}: {exc}"
+        text = first_relevant_lines(head + "\n" + log) if log or len(head) > 400 else head
+        return "\n".join([text, *where]) if where else text
+
+    # -- stages -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        job = self.job
+        with self.stage("setup"):
+            import torch
+
+            from kernelwright.evaluate import compare, instrument, timing
+
+            self.torch, self.compare, self.instrument, self.timing = torch, compare, instrument, timing
+            self.device = torch.device(job["device"])
+            # fp32 means fp32: TF32 off for matmul and cuDNN, for the reference and the candidate alike.
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device)
+                major, minor = torch.cuda.get_device_capability(self.device)
+                os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"  # build for the GPU we run on
+            self.fields["versions"] = {"torch": torch.__version__, "cuda": str(torch.version.cuda),
+                                       "python": sys.version.split()[0]}
+            if self.device.type == "cuda":
+                self.fields["versions"]["gpu"] = torch.cuda.get_device_name(self.device)
+
+        with self.stage("load_reference"):
+            try:
+                self.ref_mod = self._import(job["task_source"], "kw_reference", "reference.py")
+                self._seed(job["seed"])
+                self.init_inputs = self.ref_mod.get_init_inputs()
+                self._seed(job["seed"])
+                with torch.no_grad():
+                    self.ref_model = self.ref_mod.Model(*copy.deepcopy(self.init_inputs)).to(self.device)
+            except Exception as e:  # the task itself is broken: bad input, not a candidate verdict
+                raise Finish("reference_error", self._error_text(e)) from e
+
+        counter = instrument.CallCounter()
+        build_fn = self._build_fn()
+        instrument.install(counter, job.get("builds_root"), build_fn)
+        guard = instrument.TamperGuard()
+        ops_before = instrument.dispatcher_ops()
+        threads_before, children_before = instrument.python_threads(), instrument.child_pids()
+        self.counter = counter
+
+        with self.stage("compile"):
+            cand = self._import_candidate(job["candidate_source"], counter)
+        self.fields["compiled"] = True
+        self.fields["builds"] = counter.builds
+        new_ops = instrument.dispatcher_ops() - ops_before
+        self._check_tamper(guard)
+
+        if job.get("compile_only"):
+            kinds = [b["kind"] for b in counter.builds]
+            detail = f"{len(kinds)} extension build(s) succeeded" if kinds else "imported; no load_inline/load call"
+            raise Finish("compiled", None, compile_detail=detail)
+
+        with self.stage("init"):
+            model_cls = getattr(cand, "ModelNew", None)
+            if model_cls is None:
+                raise Finish("runtime_error", "the candidate defines no ModelNew")
+            try:
+                self._seed(job["seed"])
+                with torch.no_grad():
+                    self.new_model = model_cls(*copy.deepcopy(self.init_inputs)).to(self.device)
+            except Exception as e:
+                raise Finish(*self._classify_runtime(e))
+
+        with self.stage("correctness"):
+            self._correctness(counter, new_ops)
+        self._check_tamper(guard)
+        self._check_leftovers(threads_before, children_before)
+
+        if job.get("time", True):
+            with self.stage("timing"):
+                self._timing()
+            self._check_tamper(guard)
+            with self.stage("recheck"):
+                self._recheck()
+            self._check_leftovers(threads_before, children_before)
+        raise Finish("correct" if self.fields["custom_kernel"] else "no_custom_kernel")
+
+    def _build_fn(self) -> Optional[Any]:
+        """In compile-only mode with a CPU build of torch, CUDA sources compile to objects only."""
+        if not self.job.get("compile_only"):
+            return None
+        from kernelwright.evaluate import compile_only
+
+        if compile_only.torch_has_cuda():
+            return None
+        import torch.utils.cpp_extension as cpp
+
+        real = cpp.load_inline
+
+        def build(*args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("cuda_sources") or (len(args) > 2 and args[2]):
+                return compile_only.objects_only_load_inline(*args, **kwargs)
+            return real(*args, **kwargs)  # CPU C++ links fine against a CPU torch: build for real
+
+        return build
+
+    def _import_candidate(self, source: str, counter: Any) -> types.ModuleType:
+        from kernelwright.evaluate import taxonomy
+
+        try:
+            return self._import(source, "kw_candidate", "candidate.py")
+        except SyntaxError as e:
+            raise Finish("syntax_error", f"SyntaxError: {e.msg} (line {e.lineno})") from e
+        except Exception as e:
+            log = getattr(e, "log", "") or ""
+            failed_build = any(not b["ok"] for b in counter.builds)
+            if not failed_build and not isinstance(e, (ImportError, AttributeError, TypeError)):
+                if self.job.get("compile_only") and _is_no_gpu_error(e):
+                    raise Finish("compiled", None, compile_detail="built; import stopped at code that needs a GPU") from e
+                raise Finish(*self._classify_runtime(e)) from e
+            verdict = taxonomy.classify_build_failure(type(e).__name__, str(e), log)
+            self.fields["compiled"] = False
+            raise Finish(verdict.value, self._error_text(e, log)) from e
+
+    def _classify_runtime(self, e: BaseException) -> tuple[str, str]:
+        if isinstance(e, AttributeError) and str(e).startswith("extension module"):
+            return "hallucinated_api", self._error_text(e)
+        return "runtime_error", self._error_text(e)
+
+    def _correctness(self, counter: Any, new_ops: set[str]) -> None:
+        torch, compare = self.torch, self.compare
+        job = self.job
+        previous: list[tuple[Any, Any]] = []
+        tol = None
+        calls_per_trial = []
+        for k in range(job["trials"]):
+            inputs = self._inputs(job["seed"] + 1 + k)
+            before = counter.total()
+            try:
+                with torch.no_grad():
+                    out_c = self.new_model(*self._clone(inputs))
+                    self._side_stream_check(out_c)
+            except Exception as e:
+                raise Finish(*self._classify_runtime(e)) from e
+            calls_per_trial.append(counter.total() - before)
+            with torch.no_grad():
+                out_r = self.ref_model(*self._clone(inputs))
+            self._sync()
+            refs = compare.flatten(out_r)
+            if tol is None:
+                tol = compare.tolerance_for(refs, job.get("atol"), job.get("rtol"))
+                self.fields["tolerance"] = tol.model_dump()
+            result = compare.compare(out_r, out_c, tol, k)
+            self.fields["trials"] = k + 1
+            if result.kind == "subclass":
+                raise Finish("cheat", result.message, cheat_reasons=["output is a tensor subclass"])
+            for prev_r, prev_c in previous:
+                if compare.identical(prev_c, out_c) and not compare.identical(prev_r, out_r):
+                    raise Finish("cheat", "the candidate returned the same output for different inputs",
+                                 cheat_reasons=["output reused across calls (cached result)"])
+            if result.kind == "shape":
+                raise Finish("shape_mismatch", result.message)
+            if not result.ok:
+                raise Finish("wrong_output", result.message,
+                             mismatch=result.mismatch.model_dump() if result.mismatch else None)
+            previous.append((out_r, out_c))
+        custom = dict(counter.snapshot())
+        if new_ops and not all(calls_per_trial):
+            with torch.no_grad():
+                custom.update(self.instrument.count_new_op_calls(
+                    new_ops, lambda: self.new_model(*self._clone(self._inputs(job["seed"])))))
+            calls_per_trial = [1] * len(calls_per_trial) if any(k.startswith("op.") for k in custom) else calls_per_trial
+        self.fields["custom_calls"] = custom
+        # Custom code must run in every trial, not once at construction or on one lucky input.
+        self.fields["custom_kernel"] = bool(calls_per_trial) and all(calls_per_trial)
+
+    def _side_stream_check(self, out: Any) -> None:
+        """On a GPU: is the output still being written after forward returned to the caller?"""
+        if self.device.type != "cuda":
+            return
+        torch = self.torch
+        tensors = [t for t in self.compare.flatten(out) if isinstance(t, torch.Tensor)]
+        # Snapshot on the current stream only: it runs after everything forward queued *there*.
+        snap = [t.clone() for t in tensors]
+        torch.cuda.current_stream(self.device).synchronize()
+        self.timing._synchronize()
+        for s, t in zip(snap, tensors):
+            if not self.compare.identical(s, t):
+                raise Finish("cheat", "the output changed after forward returned: work on another stream "
+                             "was not joined to the caller's stream",
+                             cheat_reasons=["unsynchronized side-stream work"])
+
+    def _timing(self) -> None:
+        torch, timing = self.torch, self.timing
+        job = self.job
+        cfg = timing.TimingConfig(**job["timing"])
+        sets = [self._inputs(job["seed"] + 1000 + i) for i in range(job["input_sets"])]
+        cand = timing.time_calls(self.new_model, sets, self.device, cfg)
+        ref = timing.time_calls(self.ref_model, sets, self.device, cfg)
+        self.fields["timing"], self.fields["ref_timing"] = cand.model_dump(), ref.model_dump()
+        self.fields["runtime_ms"], self.fields["ref_runtime_ms"] = cand.median_ms, ref.median_ms
+        speedup = ref.median_ms / cand.median_ms if cand.median_ms > 0 else None
+        self.fields["speedup"] = speedup
+        self.fields["faster"] = bool(speedup and speedup > 1 and timing.faster_beyond_noise(cand, ref))
+        if speedup and speedup > 10:
+            self.fields.setdefault("flags", []).append("speedup_above_10x: review before trusting")
+
+    def _recheck(self) -> None:
+        torch, compare = self.torch, self.compare
+        inputs = self._inputs(self.job["seed"] + 999_983)
+        with torch.no_grad():
+            out_c = self.new_model(*self._clone(inputs))
+            self._sync()
+            out_r = self.ref_model(*self._clone(inputs))
+            self._sync()
+        tol = compare.tolerance_for(compare.flatten(out_r), self.job.get("atol"), self.job.get("rtol"))
+        result = compare.compare(out_r, out_c, tol, -1)
+        if not result.ok:
+            raise Finish("cheat", "correct on the first trials, wrong after repeated calls: " + result.message,
+                         cheat_reasons=["output changes after repeated calls (caching or state)"])
+
+    def _check_tamper(self, guard: Any) -> None:
+        changed = guard.changed()
+        if changed:
+            raise Finish("cheat", "; ".join(changed), cheat_reasons=changed)
+
+    def _check_leftovers(self, threads_before: set[int], children_before: set[int]) -> None:
+        threads = self.instrument.python_threads() - threads_before
+        children = self.instrument.child_pids() - children_before
+        reasons = []
+        if threads:
+            reasons.append(f"{len(threads)} Python thread(s) started by the candidate are still running")
+        if children:
+            reasons.append(f"{len(children)} child process(es) started by the candidate are still running")
+        if reasons:
+            raise Finish("cheat", "; ".join(reasons), cheat_reasons=reasons)
+
+
+def _is_no_gpu_error(e: BaseException) -> bool:
+    text = str(e)
+    return any(s in text for s in ("Torch not compiled with CUDA", "no CUDA GPUs", "CUDA driver",
+                                   "Found no NVIDIA driver", "cudaGetDeviceCount"))
+
+
+def _become_subreaper() -> None:
+    """Orphans the candidate leaves behind re-parent to us, so we can find and end them."""
+    try:
+        ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except Exception:
+        pass
+
+
+def _kill_descendants() -> None:
+    import signal
+
+    from kernelwright.evaluate.instrument import child_pids
+
+    for pid in child_pids():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def main() -> None:
+    fd = int(sys.argv[1])
+    job = json.loads(sys.stdin.read())
+    sys.stdin.close()
+    ch = Channel(fd, job.pop("nonce"))
+    _become_subreaper()
+    worker = Worker(job, ch)
+    try:
+        worker.run()
+    except Finish as f:
+        ch.send(type="result", verdict=f.verdict, error=f.error, fields={**worker.fields, **f.fields})
+    except SystemExit as e:
+        ch.send(type="result", verdict="crash", error=f"the candidate called sys.exit({e.code!r})",
+                fields=worker.fields)
+    except BaseException as e:  # noqa: BLE001 - e.g. KeyboardInterrupt raised by candidate code
+        ch.send(type="result", verdict="runtime_error", error=f"{type(e).__name__}: {e}",
+                fields=worker.fields)
+    finally:
+        _kill_descendants()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # skip atexit hooks and non-daemon threads the candidate may have left
+
+
+if __name__ == "__main__":
+    main()

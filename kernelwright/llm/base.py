@@ -1,0 +1,103 @@
+"""The one interface every model backend implements, and the records that cross it.
+
+A backend takes a whole list of requests at once so that it can batch them (many prompts x n
+samples in one forward pass on a GPU, concurrent HTTP calls against a server). Each request
+gets back exactly `request.n` completions, in order.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional, Protocol, Sequence, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Qwen's recommended sampling for the Qwen2.5-Coder instruct models. Greedy decoding of the
+# small quantised models tends to loop (repeated `#include` lines until max_tokens); these
+# settings stop cleanly, so they are the request defaults.
+DEFAULT_TEMPERATURE = 0.7
+DEFAULT_TOP_P = 0.8
+DEFAULT_TOP_K = 20
+DEFAULT_REPEAT_PENALTY = 1.05
+DEFAULT_MAX_TOKENS = 1024
+
+
+class BackendError(RuntimeError):
+    """A model backend cannot do what was asked. The message is one line, meant for a user."""
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class GenerationRequest(BaseModel):
+    """One prompt (a chat) and how to sample `n` answers to it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    messages: tuple[ChatMessage, ...]
+    n: int = Field(default=1, ge=1)
+    temperature: float = Field(default=DEFAULT_TEMPERATURE, ge=0.0)  # 0 means greedy
+    top_p: float = Field(default=DEFAULT_TOP_P, gt=0.0, le=1.0)
+    top_k: int = Field(default=DEFAULT_TOP_K, ge=0)  # 0 turns top-k filtering off
+    repeat_penalty: float = Field(default=DEFAULT_REPEAT_PENALTY, gt=0.0)  # 1.0 turns it off
+    max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1)
+    # With a seed, sample i of the request uses seed + i, so samples differ but a rerun repeats.
+    seed: Optional[int] = None
+
+    @classmethod
+    def chat(cls, user: str, system: Optional[str] = None, **sampling: object) -> "GenerationRequest":
+        """Shorthand for the common system + user prompt."""
+        messages = [ChatMessage(role="system", content=system)] if system else []
+        messages.append(ChatMessage(role="user", content=user))
+        return cls(messages=tuple(messages), **sampling)  # type: ignore[arg-type]
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def sample_seed(self, i: int) -> Optional[int]:
+        return None if self.seed is None else self.seed + i
+
+    def messages_as_dicts(self) -> list[dict[str, str]]:
+        return [m.model_dump() for m in self.messages]
+
+
+class Completion(BaseModel):
+    """One generated answer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    finish_reason: str  # "stop" (end of turn) or "length" (hit max_tokens), as servers say it
+    prompt_tokens: int
+    completion_tokens: int
+    # Wall time of the call that produced it; for a batched call, the whole batch's time.
+    latency_s: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.completion_tokens / self.latency_s if self.latency_s > 0 else 0.0
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What every model backend provides."""
+
+    # Names the model for record/replay keys and logs, e.g. "qwen2.5-coder-1.5b".
+    model: str
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+        """Returns, for each request in order, exactly `request.n` completions."""
+        ...
+
+
+def check_counts(requests: Sequence[GenerationRequest], results: list[list[Completion]], who: str) -> None:
+    """Backends call this last: a short answer is a bug, never something to pass on silently."""
+    if len(results) != len(requests):
+        raise BackendError(f"{who} returned {len(results)} results for {len(requests)} requests")
+    for i, (req, got) in enumerate(zip(requests, results)):
+        if len(got) != req.n:
+            raise BackendError(f"{who} returned {len(got)} completions for request {i}, asked for n={req.n}")

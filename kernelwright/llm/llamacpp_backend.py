@@ -1,0 +1,117 @@
+"""llama.cpp in-process through llama-cpp-python: a GGUF file on the CPU (or offloaded to a GPU).
+
+One context generates one sample at a time, so n samples are n calls. Before each call the
+context is reset and no prompt cache is attached: otherwise the KV state a previous call left
+behind changes the next answer and a seeded rerun is no longer byte-identical. The seed is set
+per call (seed + sample index).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+import llama_cpp
+
+from kernelwright.llm import local_model
+from kernelwright.llm.base import BackendError, Completion, GenerationRequest, check_counts
+
+log = logging.getLogger(__name__)
+
+
+def cpu_threads() -> int:
+    # llama-cpp-python defaults to half the cores, which leaves a 2-core machine running on one
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+class LlamaCppBackend:
+    SPEC_OPTIONS = {"model": str, "n_ctx": int, "threads": int, "gpu_layers": int}
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        n_ctx: int = 8192,
+        threads: Optional[int] = None,
+        gpu_layers: int = 0,
+        model: Optional[str] = None,
+    ) -> None:
+        path = Path(model_path)
+        local_model.check_gguf(path)  # a truncated file would otherwise fail deep inside llama.cpp
+        self.path = path
+        self.model = model or path.stem
+        threads = threads or cpu_threads()
+        start = time.perf_counter()
+        try:
+            # llama.cpp prints its load log to stderr from C; keep it only at debug level
+            with _quiet_native_stderr(log.isEnabledFor(logging.DEBUG)):
+                self._llm = llama_cpp.Llama(
+                    model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                    n_gpu_layers=gpu_layers, verbose=log.isEnabledFor(logging.DEBUG),
+                )  # fmt: skip
+        except (ValueError, RuntimeError) as e:
+            raise BackendError(f"llama.cpp cannot load {path}: {str(e).splitlines()[0]}") from e
+        self.load_s = time.perf_counter() - start
+        self._lock = threading.Lock()  # one context: calls must not interleave
+
+    @classmethod
+    def from_spec(cls, target: str, options: Mapping[str, str]) -> "LlamaCppBackend":
+        from kernelwright.llm.registry import take_options
+
+        return cls(target, **take_options(options, cls.SPEC_OPTIONS, "gguf"))
+
+    def _one(self, req: GenerationRequest, seed: Optional[int]) -> Completion:
+        self._llm.reset()
+        # Without a seed llama-cpp-python would derive one from the previous call's, the same
+        # sequence in every process; LLAMA_DEFAULT_SEED makes llama.cpp draw a random one.
+        seed = llama_cpp.LLAMA_DEFAULT_SEED if seed is None else seed % llama_cpp.LLAMA_DEFAULT_SEED
+        start = time.perf_counter()
+        out = self._llm.create_chat_completion(
+            messages=req.messages_as_dicts(),  # type: ignore[arg-type]
+            temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
+            repeat_penalty=req.repeat_penalty, max_tokens=req.max_tokens, seed=seed,
+        )  # fmt: skip
+        latency = time.perf_counter() - start
+        choice, usage = out["choices"][0], out["usage"]
+        return Completion(
+            text=choice["message"]["content"] or "", finish_reason=choice["finish_reason"] or "stop",
+            prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"], latency_s=latency,
+        )  # fmt: skip
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+        with self._lock:
+            results = [[self._one(r, r.sample_seed(i)) for i in range(r.n)] for r in requests]
+        check_counts(requests, results, f"llama.cpp {self.model}")
+        return results
+
+    def close(self) -> None:
+        self._llm.close()
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr(keep: bool):
+    """Redirects file descriptor 2 (where C code writes) to /dev/null for the block."""
+    if keep:
+        yield
+        return
+    try:
+        fd = os.dup(2)
+    except (OSError, io.UnsupportedOperation):
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(fd, 2)
+        os.close(fd)

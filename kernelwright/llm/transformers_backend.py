@@ -1,0 +1,166 @@
+"""transformers, in-process: a hub id, a local folder, or a GGUF file (dequantised on load).
+
+All samples of all requests that share sampling settings are generated together, left-padded,
+`batch_size` rows at a time: on a GPU one batch of 8 costs little more than one sample.
+`model.generate` takes one sampling setting and one RNG per call, so a seed makes a rerun of the
+same requests give the same completions, but a sample's text depends on the batch it was in.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from itertools import groupby
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+from kernelwright.llm import local_model
+from kernelwright.llm.base import BackendError, Completion, GenerationRequest, check_counts
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
+          "float32": torch.float32, "fp32": torch.float32}  # fmt: skip
+
+
+def _dtype_kwarg() -> str:
+    # transformers 4.56 renamed torch_dtype to dtype; older versions would ignore `dtype`
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+
+
+def split_target(target: str) -> tuple[str, Optional[str]]:
+    """hf: target -> (model id or folder, GGUF file name inside it or None)."""
+    if not target.endswith(".gguf"):
+        return target, None
+    path = Path(target)
+    if path.exists():
+        local_model.check_gguf(path)
+        return str(path.parent), path.name
+    repo, _, filename = target.rpartition("/")  # org/repo/file.gguf on the hub
+    if repo.count("/") != 1:
+        raise BackendError(f"GGUF file not found: {target} (a hub file is ORG/REPO/FILE.gguf)")
+    return repo, filename
+
+
+class TransformersBackend:
+    SPEC_OPTIONS = {"model": str, "dtype": str, "device": str, "batch_size": int}
+
+    def __init__(
+        self,
+        model_id: str,
+        *,
+        gguf_file: Optional[str] = None,
+        device: Optional[str] = None,
+        dtype: str = "bfloat16",
+        batch_size: int = 8,
+        model: Optional[str] = None,
+    ) -> None:
+        if dtype not in DTYPES:
+            raise BackendError(f"transformers: unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
+        if gguf_file:
+            try:
+                import gguf  # noqa: F401  transformers needs it to read GGUF, and says so less clearly
+            except ImportError:
+                raise BackendError("reading a GGUF file with transformers needs 'gguf': pip install kernelwright[hf]") from None
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.batch_size = max(1, batch_size)
+        self.model = model or (Path(gguf_file).stem if gguf_file else model_id)
+        source = {"gguf_file": gguf_file} if gguf_file else {}
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(model_id, **source)
+            self._lm = AutoModelForCausalLM.from_pretrained(model_id, **source, **{_dtype_kwarg(): DTYPES[dtype]})
+        except (OSError, ValueError) as e:
+            raise BackendError(f"transformers cannot load {model_id} {gguf_file or ''}: {str(e).splitlines()[0]}") from e
+        self._lm.to(self.device).eval()
+        self.tokenizer.padding_side = "left"  # decoder-only: new tokens must follow the prompt directly
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self._stop_ids = self._end_of_turn_ids()
+
+    @classmethod
+    def from_spec(cls, target: str, options: Mapping[str, str]) -> "TransformersBackend":
+        from kernelwright.llm.registry import take_options
+
+        model_id, gguf_file = split_target(target)
+        return cls(model_id, gguf_file=gguf_file, **take_options(options, cls.SPEC_OPTIONS, "hf"))
+
+    def _end_of_turn_ids(self) -> list[int]:
+        """The eos of the generation config and of the tokenizer, plus the chat end-of-turn token:
+        a GGUF-derived config may name only <|endoftext|>, while the chat turn ends with <|im_end|>."""
+        ids: set[int] = set()
+        eos = self._lm.generation_config.eos_token_id
+        ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        for token in ("<|im_end|>", "<|eot_id|>", "<|end|>"):
+            tid = self.tokenizer.convert_tokens_to_ids(token)
+            if isinstance(tid, int) and tid != self.tokenizer.unk_token_id:
+                ids.add(tid)
+        return sorted(ids)
+
+    def _generation_config(self, req: GenerationRequest) -> GenerationConfig:
+        common: dict[str, Any] = dict(
+            max_new_tokens=req.max_tokens, pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self._stop_ids, repetition_penalty=req.repeat_penalty,
+        )  # fmt: skip
+        if req.greedy:
+            return GenerationConfig(do_sample=False, **common)
+        return GenerationConfig(do_sample=True, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k or None, **common)
+
+    def _prompt(self, req: GenerationRequest) -> str:
+        return self.tokenizer.apply_chat_template(req.messages_as_dicts(), tokenize=False, add_generation_prompt=True)
+
+    @torch.inference_mode()
+    def _run_batch(self, prompts: list[str], config: GenerationConfig, seed: Optional[int]) -> list[Completion]:
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+        if seed is not None:
+            torch.manual_seed(seed)
+        start = time.perf_counter()
+        out = self._lm.generate(**enc, generation_config=config)
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        latency = time.perf_counter() - start
+        new = out[:, enc["input_ids"].shape[1] :].tolist()
+        prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
+        stops = set(self._stop_ids)
+        completions = []
+        for tokens, prompt_len in zip(new, prompt_lens):
+            end = next((i for i, t in enumerate(tokens) if t in stops), None)
+            kept = tokens if end is None else tokens[:end]
+            completions.append(
+                Completion(
+                    text=self.tokenizer.decode(kept, skip_special_tokens=True),
+                    finish_reason="length" if end is None else "stop",
+                    prompt_tokens=int(prompt_len), completion_tokens=len(kept), latency_s=latency,
+                )  # fmt: skip
+            )
+        return completions
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+        prompts = [self._prompt(r) for r in requests]
+        # one row per sample; rows that share sampling settings can share a batch
+        rows = [(i, s) for i, r in enumerate(requests) for s in range(r.n)]
+
+        def settings(row: tuple[int, int]) -> tuple:
+            r = requests[row[0]]
+            return (r.greedy, r.temperature, r.top_p, r.top_k, r.repeat_penalty, r.max_tokens)
+
+        rows.sort(key=lambda row: (settings(row), len(prompts[row[0]])))  # similar lengths pad less
+        results: list[list[Optional[Completion]]] = [[None] * r.n for r in requests]
+        for _, group in groupby(rows, key=settings):
+            group = list(group)
+            for b in range(0, len(group), self.batch_size):
+                batch = group[b : b + self.batch_size]
+                first = requests[batch[0][0]]
+                seed = first.sample_seed(batch[0][1])
+                done = self._run_batch([prompts[i] for i, _ in batch], self._generation_config(first), seed)
+                for (i, s), completion in zip(batch, done):
+                    results[i][s] = completion
+        final = [[c for c in row if c is not None] for row in results]
+        check_counts(requests, final, f"transformers {self.model}")
+        return final

@@ -1,0 +1,157 @@
+"""Typed records that cross a stage boundary: tasks, evaluation results and their parts.
+
+This module is the table of contents of the data model. Every record that is written to disk
+or sent between processes is a pydantic model defined here, so there is one place for each
+field's name and meaning. `SCHEMA_VERSION` changes whenever a stored field changes meaning.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class Verdict(str, enum.Enum):
+    """One taxonomy of outcomes, shared by the evaluator, the strategies and the report."""
+
+    CORRECT = "correct"  # custom compiled code ran during forward and outputs match
+    NO_CUSTOM_KERNEL = "no_custom_kernel"  # outputs match, but no custom compiled code ran
+    WRONG_OUTPUT = "wrong_output"  # mismatch, or NaN/Inf where the reference has none
+    SHAPE_MISMATCH = "shape_mismatch"
+    COMPILE_ERROR = "compile_error"
+    HALLUCINATED_API = "hallucinated_api"  # compile/import error from an API that does not exist
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+    CRASH = "crash"  # the child died: signal, segfault, os._exit, sys.exit
+    CHEAT = "cheat"  # caught gaming the check or the clock
+    STATIC_VIOLATION = "static_violation"  # a strict static rule
+    SYNTAX_ERROR = "syntax_error"
+    NO_CODE = "no_code"
+    # Only in --compile-only mode, where nothing runs: the sources built (or compiled to objects).
+    COMPILED = "compiled"
+
+    @property
+    def is_failure_to_build(self) -> bool:
+        return self in (Verdict.COMPILE_ERROR, Verdict.HALLUCINATED_API, Verdict.SYNTAX_ERROR, Verdict.NO_CODE)
+
+
+# Verdicts reached only after the candidate's code built and imported.
+BUILT_VERDICTS = frozenset(
+    {
+        Verdict.CORRECT,
+        Verdict.NO_CUSTOM_KERNEL,
+        Verdict.WRONG_OUTPUT,
+        Verdict.SHAPE_MISMATCH,
+        Verdict.RUNTIME_ERROR,
+        Verdict.CHEAT,
+        Verdict.COMPILED,
+    }
+)
+
+
+class Task(BaseModel):
+    """A KernelBench-format problem: Python source with Model, get_inputs, get_init_inputs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str  # unique and stable, e.g. "builtin/L1/03_softmax" or "kernelbench/L1/1"
+    name: str
+    level: Optional[int] = None  # None for a user's own module
+    path: Optional[str] = None  # file it was read from, if any
+    source: str  # the full file text; the evaluator runs this, never the path
+    origin: str = "file"  # builtin | file | kernelbench
+
+    @property
+    def source_hash(self) -> str:
+        return sha256_text(self.source)
+
+
+class Tolerance(BaseModel):
+    atol: float
+    rtol: float
+    dtype: str  # the output dtype the tolerance was chosen for
+
+
+class Finding(BaseModel):
+    """One static-rule or grounding observation about a candidate's source."""
+
+    rule: str
+    severity: str  # "strict" (decides the verdict) or "warning" (recorded only)
+    message: str
+    line: Optional[int] = None
+
+
+class Stage(BaseModel):
+    """One step the evaluator ran, in order, with its wall time."""
+
+    name: str
+    seconds: float
+    ok: bool
+    detail: Optional[str] = None
+
+
+class TimingStats(BaseModel):
+    """Per-call times of one module under the timing protocol (milliseconds)."""
+
+    median_ms: float
+    p25_ms: float
+    p75_ms: float
+    mean_ms: float
+    calls: int
+    protocol: str  # e.g. "cuda-events+device-sync, l2-flush, 8 input sets, 10 warm-up"
+
+
+class Mismatch(BaseModel):
+    """How far the candidate's output is from the reference in the worst trial."""
+
+    trial: int
+    max_abs_diff: Optional[float] = None
+    mean_abs_diff: Optional[float] = None
+    mismatch_fraction: Optional[float] = None  # share of elements outside the tolerance
+    nonfinite_in_candidate: int = 0
+    detail: Optional[str] = None
+
+
+class EvalResult(BaseModel):
+    """The one record the evaluator returns for a candidate; `--json` prints exactly this."""
+
+    schema_version: int = SCHEMA_VERSION
+    verdict: Verdict
+    compiled: bool = False
+    correct: bool = False
+    custom_kernel: bool = False
+    speedup: Optional[float] = None  # ref median / candidate median; null unless measured
+    faster: bool = False  # speedup > 1 beyond noise (candidate p75 < reference p25)
+    runtime_ms: Optional[float] = None
+    ref_runtime_ms: Optional[float] = None
+    error: Optional[str] = None  # the first relevant lines
+    stages: list[Stage] = Field(default_factory=list)
+
+    task_id: Optional[str] = None
+    candidate_hash: Optional[str] = None
+    device: Optional[str] = None
+    compile_only: bool = False
+    tolerance: Optional[Tolerance] = None
+    trials: int = 0
+    mismatch: Optional[Mismatch] = None
+    timing: Optional[TimingStats] = None
+    ref_timing: Optional[TimingStats] = None
+    custom_calls: dict[str, int] = Field(default_factory=dict)  # compiled entry point -> calls seen
+    findings: list[Finding] = Field(default_factory=list)
+    flags: list[str] = Field(default_factory=list)  # for review: e.g. speedup_above_10x
+    cheat_reasons: list[str] = Field(default_factory=list)
+    gpu_healthy: Optional[bool] = None  # probed after a timeout or crash on a GPU
+    output_tail: Optional[str] = None  # capped stdout/stderr of the child, for debugging
+    versions: dict[str, str] = Field(default_factory=dict)
+
+    def to_json(self, **kw: Any) -> str:
+        return self.model_dump_json(**kw)

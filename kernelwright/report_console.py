@@ -1,0 +1,42 @@
+"""Human-readable rendering of an EvalResult in the terminal (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from kernelwright.records import EvalResult, Verdict
+
+_STYLE = {
+    Verdict.CORRECT: "bold green",
+    Verdict.NO_CUSTOM_KERNEL: "yellow",
+    Verdict.COMPILED: "green",
+    Verdict.CHEAT: "bold magenta",
+}
+
+
+def print_result(console: Console, r: EvalResult) -> None:
+    style = _STYLE.get(r.verdict, "bold red")
+    console.print(f"verdict: [{style}]{r.verdict.value}[/]   task: {r.task_id}   device: {r.device}")
+    facts = Table(box=None, show_header=False)
+    facts.add_row("compiled", str(r.compiled))
+    facts.add_row("correct (outputs match)", str(r.correct))
+    facts.add_row("custom kernel ran", str(r.custom_kernel) + (f"  {r.custom_calls}" if r.custom_calls else ""))
+    if r.tolerance:
+        facts.add_row("tolerance", f"atol={r.tolerance.atol:g} rtol={r.tolerance.rtol:g} ({r.tolerance.dtype}), {r.trials} trials")
+    if r.runtime_ms is not None and r.timing and r.ref_timing:
+        facts.add_row("runtime", f"{r.runtime_ms:.4f} ms (IQR {r.timing.p25_ms:.4f}-{r.timing.p75_ms:.4f})")
+        facts.add_row("reference", f"{r.ref_runtime_ms:.4f} ms (IQR {r.ref_timing.p25_ms:.4f}-{r.ref_timing.p75_ms:.4f})")
+        facts.add_row("speedup", f"{r.speedup:.3f}x  ({'faster beyond noise' if r.faster else 'not faster beyond noise'})")
+        facts.add_row("timing protocol", r.timing.protocol)
+    if r.flags:
+        facts.add_row("flags", "; ".join(r.flags))
+    console.print(facts)
+    if r.error:
+        console.print("[bold]error:[/]")
+        console.print(r.error, markup=False, highlight=False)
+    warnings = [f for f in r.findings if f.severity == "warning"]
+    if warnings:
+        console.print("static warnings: " + ", ".join(sorted({f.rule for f in warnings})))
+    stages = "  ".join(f"{s.name} {s.seconds:.2f}s{'' if s.ok else ' ✗'}" for s in r.stages)
+    console.print(f"stages: {stages}", highlight=False)

@@ -1,0 +1,178 @@
+"""The evaluator on the CPU, against honest and hostile candidates (tests/fixtures/candidates/cpu).
+
+Every candidate runs for real: a real child process, real C++ builds through load_inline.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from kernelwright.evaluate import evaluate
+from kernelwright.records import Verdict
+from kernelwright.tasks import load_task
+
+from tests.conftest import CANDIDATES, TASKS
+
+CPU = CANDIDATES / "cpu"
+
+
+@pytest.fixture(scope="module")
+def bias_relu():
+    return load_task(str(TASKS / "bias_relu.py"))
+
+
+def run(task, name, cfg):
+    return evaluate(task, (CPU / name).read_text(), cfg)
+
+
+# (candidate file, expected verdict with static rules on, expected verdict with them off or None)
+CASES = [
+    ("correct_cpp.py", Verdict.CORRECT, None),
+    ("torch_only.py", Verdict.NO_CUSTOM_KERNEL, None),
+    ("compiled_then_torch.py", Verdict.NO_CUSTOM_KERNEL, None),
+    ("wrong_cpp.py", Verdict.WRONG_OUTPUT, None),
+    ("shape_cpp.py", Verdict.SHAPE_MISMATCH, None),
+    ("runtime_error.py", Verdict.RUNTIME_ERROR, None),
+    ("sources_keyword.py", Verdict.HALLUCINATED_API, None),
+    ("missing_header.py", Verdict.HALLUCINATED_API, None),
+    ("cpp_syntax_error.py", Verdict.COMPILE_ERROR, None),
+    ("syntax_error.py", Verdict.SYNTAX_ERROR, None),
+    ("no_code.txt", Verdict.NO_CODE, None),
+    ("no_modelnew.py", Verdict.STATIC_VIOLATION, None),
+    ("markdown_answer.md", Verdict.CORRECT, None),
+    ("cached_output.py", Verdict.CHEAT, None),
+    ("cache_after_warmup.py", Verdict.CHEAT, None),
+    ("tensor_subclass.py", Verdict.CHEAT, None),
+    ("inherits_reference.py", Verdict.STATIC_VIOLATION, None),
+    ("fallback_on_error.py", Verdict.STATIC_VIOLATION, Verdict.NO_CUSTOM_KERNEL),
+    ("patch_timer.py", Verdict.STATIC_VIOLATION, Verdict.CHEAT),
+    ("patch_evaluator.py", Verdict.STATIC_VIOLATION, Verdict.CHEAT),
+    ("os_exit.py", Verdict.STATIC_VIOLATION, Verdict.CRASH),
+    ("sys_exit.py", Verdict.STATIC_VIOLATION, Verdict.CRASH),
+    ("segfault_cpp.py", Verdict.CRASH, None),
+]
+
+
+@pytest.mark.parametrize("name,expected,expected_dynamic", CASES, ids=[c[0] for c in CASES])
+def test_verdicts(bias_relu, fast_cfg, name, expected, expected_dynamic):
+    result = run(bias_relu, name, fast_cfg())
+    assert result.verdict == expected, (result.error, result.output_tail)
+    if expected_dynamic is not None:
+        dynamic = run(bias_relu, name, fast_cfg(static_checks=False))
+        assert dynamic.verdict == expected_dynamic, (dynamic.error, dynamic.output_tail)
+
+
+def test_correct_record_is_complete(bias_relu, fast_cfg):
+    r = run(bias_relu, "correct_cpp.py", fast_cfg())
+    assert r.verdict == Verdict.CORRECT and r.compiled and r.correct and r.custom_kernel
+    assert r.custom_calls.get("kw_fixture_bias_relu.bias_relu", 0) >= 3
+    assert r.speedup is not None and r.runtime_ms > 0 and r.ref_runtime_ms > 0
+    assert r.timing.calls == 20 and r.ref_timing.calls == 20
+    assert r.tolerance.atol == 1e-4 and r.tolerance.rtol == 1e-4 and r.tolerance.dtype == "float32"
+    assert [s.name for s in r.stages] == ["setup", "load_reference", "compile", "init", "correctness", "timing", "recheck"]
+    assert all(s.ok for s in r.stages)
+
+
+def test_tolerance_is_configurable_and_recorded(bias_relu, fast_cfg):
+    r = run(bias_relu, "torch_only.py", fast_cfg(atol=1e-2, rtol=1e-2, time=False))
+    assert r.tolerance.atol == 1e-2 and r.speedup is None
+
+
+def test_uninitialized_memory_is_not_correct(bias_relu, fast_cfg):
+    r = run(bias_relu, "uninitialized_output.py", fast_cfg())
+    assert r.verdict in (Verdict.WRONG_OUTPUT, Verdict.CHEAT), r.error
+    assert not r.correct
+
+
+def test_late_thread_is_caught(bias_relu, fast_cfg):
+    assert run(bias_relu, "late_thread.py", fast_cfg()).verdict == Verdict.STATIC_VIOLATION
+    dynamic = run(bias_relu, "late_thread.py", fast_cfg(static_checks=False))
+    assert dynamic.verdict in (Verdict.WRONG_OUTPUT, Verdict.CHEAT), dynamic.error
+    assert not dynamic.correct
+
+
+def test_python_infinite_loop_times_out_and_next_evaluation_is_fine(bias_relu, fast_cfg):
+    start = time.monotonic()
+    r = run(bias_relu, "spin_python.py", fast_cfg(timeout=20))
+    assert r.verdict == Verdict.TIMEOUT and "correctness" in r.error
+    assert time.monotonic() - start < 40
+    assert run(bias_relu, "torch_only.py", fast_cfg(time=False)).verdict == Verdict.NO_CUSTOM_KERNEL
+
+
+def test_cpp_infinite_loop_times_out(bias_relu, fast_cfg):
+    run(bias_relu, "segfault_cpp.py", fast_cfg())  # builds the shared hostile extension first
+    r = run(bias_relu, "spin_cpp.py", fast_cfg(timeout=30))
+    assert r.verdict == Verdict.TIMEOUT and r.compiled
+
+
+def test_segfault_is_a_crash_with_signal(bias_relu, fast_cfg):
+    r = run(bias_relu, "segfault_cpp.py", fast_cfg())
+    assert r.verdict == Verdict.CRASH and "SIGSEGV" in r.error
+
+
+def test_print_flood_is_capped(bias_relu, fast_cfg):
+    r = run(bias_relu, "print_flood.py", fast_cfg(time=False))
+    assert r.verdict == Verdict.NO_CUSTOM_KERNEL
+    assert r.output_tail is not None and len(r.output_tail) <= 4000
+
+
+def test_forked_child_does_not_outlive_the_evaluation(bias_relu, fast_cfg, tmp_path):
+    pid_file = tmp_path / "child.pid"
+    source = f'''
+import os, time
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+
+    def forward(self, x):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(600)
+            os._exit(0)
+        with open({str(pid_file)!r}, "w") as f:
+            f.write(str(pid))
+        return torch.relu(x + self.bias)
+'''
+    assert evaluate(bias_relu, source, fast_cfg()).verdict == Verdict.STATIC_VIOLATION
+    r = evaluate(bias_relu, source, fast_cfg(static_checks=False, time=False))
+    assert r.verdict == Verdict.CHEAT and "child process" in r.error
+    pid = int(pid_file.read_text())
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_speedup_above_10x_is_flagged(fast_cfg):
+    task = load_task(str(TASKS / "slow_row_sum.py"))
+    source = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x.sum(dim=1)
+'''
+    r = evaluate(task, source, fast_cfg())
+    assert r.verdict == Verdict.NO_CUSTOM_KERNEL and r.speedup > 10
+    assert any(f.startswith("speedup_above_10x") for f in r.flags)
+
+
+def test_identical_source_is_not_rebuilt_and_stale_lock_is_cleared(bias_relu, fast_cfg, build_cache):
+    run(bias_relu, "correct_cpp.py", fast_cfg(time=False))
+    libs = [p for p in (build_cache / "builds").glob("*/kw_fixture_bias_relu.so")]
+    assert len(libs) == 1
+    mtime = libs[0].stat().st_mtime_ns
+    (libs[0].parent / "lock").write_text("")  # what a build killed mid-way leaves behind
+    r = run(bias_relu, "compiled_then_torch.py", fast_cfg(time=False, timeout=120))
+    assert r.verdict == Verdict.NO_CUSTOM_KERNEL
+    assert libs[0].stat().st_mtime_ns == mtime

@@ -1,0 +1,51 @@
+"""llama.cpp in-process on the small embedded model (slow: needs the model and llama-cpp-python)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from kernelwright.llm import GenerationRequest, make_backend
+from kernelwright.llm import local_model
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def backend(small_model: Path):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (pip install 'kernelwright[local]')")
+    b = make_backend("gguf:qwen2.5-coder-0.5b")
+    yield b
+    b.close()
+
+
+def test_seeded_reruns_are_byte_identical_and_samples_differ(backend) -> None:
+    req = GenerationRequest.chat("Write a two-line poem about GPU kernels.", n=3, seed=5, max_tokens=32)
+    first = backend.generate([req])[0]
+    # another request in between leaves KV state behind; the reset before each call clears it
+    backend.generate([GenerationRequest.chat("Say hi.", max_tokens=8, seed=1)])
+    again = backend.generate([req])[0]
+    assert [c.text for c in again] == [c.text for c in first]
+    assert len({c.text for c in first}) >= 2
+    assert backend.model == "qwen2.5-coder-0.5b"
+
+
+def test_greedy_and_counts(backend) -> None:
+    req = GenerationRequest.chat("Reply with the word OK.", temperature=0.0, n=2, max_tokens=16)
+    (a, b), (c,) = backend.generate([req, req.model_copy(update={"n": 1, "max_tokens": 1})])
+    assert a.text == b.text and a.finish_reason == "stop"
+    assert a.prompt_tokens > 5 and 0 < a.completion_tokens <= 16 and a.latency_s > 0
+    assert c.finish_reason == "length" and c.completion_tokens == 1
+
+
+def test_default_backend_says_where_it_runs_in_one_line(caplog) -> None:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (pip install 'kernelwright[local]')")
+    if local_model.cached_path(local_model.DEFAULT_MODEL) is None:
+        pytest.skip(f"{local_model.DEFAULT_MODEL} not pulled (kernelwright model pull)")
+    with caplog.at_level(logging.INFO, logger="kernelwright.llm"):
+        b = make_backend(None)
+    lines = [r.getMessage() for r in caplog.records if r.name == "kernelwright.llm.registry"]
+    assert len(lines) == 1 and lines[0].startswith("model qwen2.5-coder-1.5b: llama.cpp on the CPU (no GPU found)")
+    b.close()

@@ -1,0 +1,95 @@
+"""Record and replay: the test double every other part of kernelwright tests against."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelwright.llm import BackendError, Completion, GenerationRequest, make_backend
+from kernelwright.llm.replay import RecordingBackend, Recording, ReplayBackend, read_recordings, request_key
+
+REQ = GenerationRequest.chat("Write a fused bias+ReLU kernel.", system="You write CUDA.", n=2, seed=7, max_tokens=64)
+
+
+def completion(text: str) -> Completion:
+    return Completion(text=text, finish_reason="stop", prompt_tokens=30, completion_tokens=12, latency_s=0.5)
+
+
+def write(path: Path, *recs: tuple[str, GenerationRequest, list[Completion]]) -> None:
+    with open(path, "a") as f:
+        for model, req, comps in recs:
+            rec = Recording(key=request_key(req, model), model=model, request=req, completions=comps, recorded_at=time.time())
+            f.write(rec.model_dump_json() + "\n")
+
+
+def test_key_covers_messages_sampling_and_model() -> None:
+    key = request_key(REQ, "m")
+    assert len(key) == 64 and key == request_key(GenerationRequest.model_validate_json(REQ.model_dump_json()), "m")
+    assert key != request_key(REQ, "other")
+    for change in ({"temperature": 0.0}, {"top_k": 0}, {"seed": 8}, {"n": 3}, {"max_tokens": 65}, {"repeat_penalty": 1.0}):
+        assert request_key(REQ.model_copy(update=change), "m") != key
+
+
+def test_replay_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "rec.jsonl"
+    answers = [completion("a"), completion("b")]
+    write(path, ("m", REQ, answers))
+    assert make_backend(f"replay:{path}").generate([REQ]) == [answers]
+
+
+def test_record_then_replay_gives_identical_completions(tmp_path: Path) -> None:
+    source = tmp_path / "source.jsonl"
+    other = REQ.model_copy(update={"n": 1, "temperature": 0.0})
+    write(source, ("m", REQ, [completion("a"), completion("b")]), ("m", other, [completion("g")]))
+    recorded = tmp_path / "out" / "recorded.jsonl"
+    recorder = make_backend(f"record:{recorded}=replay:{source}")
+    assert isinstance(recorder, RecordingBackend)
+    first = recorder.generate([REQ, other])
+    assert len(read_recordings(recorded)) == 2  # one line per request, on disk already
+    assert make_backend(f"replay:{recorded}").generate([REQ, other]) == first
+
+
+def test_unrecorded_request_is_an_error_naming_its_hash(tmp_path: Path) -> None:
+    path = tmp_path / "rec.jsonl"
+    write(path, ("m", REQ, [completion("a"), completion("b")]))
+    new = REQ.model_copy(update={"seed": 8})
+    with pytest.raises(BackendError) as e:
+        ReplayBackend(path).generate([new])
+    assert request_key(new, "m") in str(e.value) and "\n" not in str(e.value)
+
+
+def test_repeated_recordings_are_served_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "rec.jsonl"
+    req = REQ.model_copy(update={"seed": None, "n": 1})
+    write(path, ("m", req, [completion("first")]), ("m", req, [completion("second")]))
+    backend = ReplayBackend(path)
+    assert [backend.generate([req])[0][0].text for _ in range(3)] == ["first", "second", "second"]
+
+
+def test_file_with_several_models_needs_one_named(tmp_path: Path) -> None:
+    path = tmp_path / "rec.jsonl"
+    write(path, ("m1", REQ, [completion("a"), completion("b")]), ("m2", REQ, [completion("c"), completion("d")]))
+    with pytest.raises(BackendError, match="several models"):
+        make_backend(f"replay:{path}")
+    assert make_backend(f"replay:{path}#m2").generate([REQ])[0][1].text == "d"
+
+
+def test_bad_files_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match="replay file not found"):
+        make_backend(f"replay:{tmp_path / 'nope.jsonl'}")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"key": 1}\n')
+    with pytest.raises(BackendError, match="bad.jsonl:1: not a recording"):
+        make_backend(f"replay:{bad}")
+
+
+@pytest.mark.slow
+def test_record_real_model_then_replay(small_model: Path, tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (pip install 'kernelwright[local]')")
+    path = tmp_path / "real.jsonl"
+    reqs = [REQ.model_copy(update={"max_tokens": 24}), GenerationRequest.chat("Say hi.", temperature=0.0, max_tokens=8)]
+    live = make_backend(f"record:{path}=gguf:{small_model}").generate(reqs)
+    assert [len(r) for r in live] == [2, 1] and all(c.completion_tokens > 0 for r in live for c in r)
+    assert make_backend(f"replay:{path}").generate(reqs) == live

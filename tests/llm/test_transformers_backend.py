@@ -1,0 +1,46 @@
+"""transformers in-process, reading the small embedded GGUF (slow: dequantises it on load)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelwright.llm import BackendError, GenerationRequest, make_backend
+from kernelwright.llm.transformers_backend import split_target
+from tests.llm.conftest import need
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def backend(small_model: Path):
+    need("transformers", "gguf", extra="hf")
+    return make_backend("hf:qwen2.5-coder-0.5b?batch_size=4")
+
+
+def test_batched_generation_counts_and_seed(backend) -> None:
+    reqs = [
+        GenerationRequest.chat("Write a two-line poem about GPU kernels.", n=3, seed=3, max_tokens=12),
+        GenerationRequest.chat("Name a sorting algorithm.", n=2, seed=3, max_tokens=12),
+    ]
+    first = backend.generate(reqs)
+    assert [len(r) for r in first] == [3, 2]
+    assert all(c.prompt_tokens > 10 and 0 < c.completion_tokens <= 12 for r in first for c in r)
+    second = backend.generate(reqs)  # same requests, same batches, same seed: same samples
+    assert [[c.text for c in r] for r in second] == [[c.text for c in r] for r in first]
+
+
+def test_greedy_rows_agree(backend) -> None:
+    req = GenerationRequest.chat("Reply with the word OK.", temperature=0.0, n=2, max_tokens=8)
+    (a, b), = backend.generate([req])
+    assert a.text == b.text and a.text.strip()
+
+
+def test_gguf_target_forms(tmp_path: Path) -> None:
+    assert split_target("Qwen/Qwen2.5-Coder-7B-Instruct") == ("Qwen/Qwen2.5-Coder-7B-Instruct", None)
+    assert split_target("Qwen/X-GGUF/x-q4_k_m.gguf") == ("Qwen/X-GGUF", "x-q4_k_m.gguf")
+    bad = tmp_path / "m.gguf"
+    bad.write_bytes(b"not a gguf file at all, just text....")
+    with pytest.raises(BackendError, match="not a GGUF model file"):
+        split_target(str(bad))
