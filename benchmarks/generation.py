@@ -1,12 +1,14 @@
 """Generation speed per backend and batch size: load time, prompt and generated tokens/s, memory.
 
-    python benchmarks/generation.py -m gguf:qwen2.5-coder-0.5b -m gguf:qwen2.5-coder-1.5b -b 1 -b 4 \
-        --out docs/results/generation-cpu.md
+    python benchmarks/generation.py -m gguf:qwen2.5-coder-0.5b -m gguf:qwen2.5-coder-1.5b \
+        -b 1 -b 4 --repeat 2 --out docs/results/generation-cpu.md
 
 Each model runs in its own child process, so that peak RSS and load time are its own. Per model:
 a warm-up call; one call with max_tokens=1, whose latency is the prompt time (the backends reset
 their cache, so every call evaluates the prompt again); then, per batch size b, one request with
-n=b. "decode tok/s" is per sequence, (tokens - 1) / (latency - prompt time); "throughput" is all
+n=b. With --repeat R each of these runs R times and the fastest counts (the least disturbed by
+other work on the machine; the load average before and after is written down too).
+"decode tok/s" is per sequence, (tokens - 1) / (latency - prompt time); "throughput" is all
 generated tokens of the batch over its wall time. For an openai: spec, memory is the client's,
 not the server's.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import platform
 import resource
 import statistics
@@ -75,7 +78,7 @@ def _peak_cuda_mb() -> str:
     return f"{torch.cuda.max_memory_allocated() / 2**20:,.0f}"
 
 
-def worker(spec: str, batches: list[int], max_tokens: int, prompt_file: str | None, seed: int) -> None:
+def worker(spec: str, batches: list[int], max_tokens: int, prompt_file: str | None, seed: int, repeat: int) -> None:
     """Runs in the child; prints one JSON object per batch size."""
     messages = load_prompt(Path(prompt_file)) if prompt_file else None
     base = (
@@ -87,12 +90,18 @@ def worker(spec: str, batches: list[int], max_tokens: int, prompt_file: str | No
     backend = make_backend(spec)
     load_s = time.perf_counter() - start
     backend.generate([base.model_copy(update={"max_tokens": 4})])  # warm-up: first-call costs
-    (prompt_only,) = backend.generate([base.model_copy(update={"max_tokens": 1})])[0]
+    prompt_only = min(
+        (backend.generate([base.model_copy(update={"max_tokens": 1})])[0][0] for _ in range(repeat)),
+        key=lambda c: c.latency_s,
+    )
     prompt_s = prompt_only.latency_s
     for n in batches:
-        start = time.perf_counter()
-        (done,) = backend.generate([base.model_copy(update={"n": n})])
-        wall = time.perf_counter() - start
+        runs = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            (done,) = backend.generate([base.model_copy(update={"n": n})])
+            runs.append((time.perf_counter() - start, done))
+        wall, done = min(runs, key=lambda run: run[0])
         tokens = sum(c.completion_tokens for c in done)
         decode = [(c.completion_tokens - 1) / (c.latency_s - prompt_s) for c in done if c.latency_s > prompt_s]
         finishes = sorted({c.finish_reason for c in done})
@@ -120,8 +129,6 @@ def machine() -> str:
         cpu = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    import os
-
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
@@ -131,6 +138,7 @@ def main() -> None:
     p.add_argument("-b", "--batch", action="append", type=int, help="samples per request (repeatable); default 1 and 4")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--repeat", type=int, default=1, help="runs of each measurement; the fastest counts")
     p.add_argument("--prompt-file", help="a prompt file as for `kernelwright generate`; default: a built-in prompt")
     p.add_argument("--out", type=Path, help="also write the table, with the command and machine, to this markdown file")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -138,13 +146,15 @@ def main() -> None:
     batches = args.batch or [1, 4]
     if args.worker:
         logging.basicConfig(level=logging.WARNING)
-        worker(args.worker, batches, args.max_tokens, args.prompt_file, args.seed)
+        worker(args.worker, batches, args.max_tokens, args.prompt_file, args.seed, args.repeat)
         return
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     rows: list[dict] = []
+    load_before = os.getloadavg()[0]
     for spec in args.model or ["gguf:qwen2.5-coder-0.5b", "gguf:qwen2.5-coder-1.5b"]:
-        cmd = [sys.executable, __file__, "--worker", spec, "--max-tokens", str(args.max_tokens), "--seed", str(args.seed)]
-        cmd += [a for b in batches for a in ("-b", str(b))] + (["--prompt-file", args.prompt_file] if args.prompt_file else [])
+        cmd = [sys.executable, __file__, "--worker", spec, "--max-tokens", str(args.max_tokens)]
+        cmd += ["--seed", str(args.seed), "--repeat", str(args.repeat)] + [a for b in batches for a in ("-b", str(b))]
+        cmd += ["--prompt-file", args.prompt_file] if args.prompt_file else []
         logging.info("benchmarking %s ...", spec)
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -158,7 +168,9 @@ def main() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(
             f"# Generation speed\n\nMachine: {machine()}. Date: {time.strftime('%Y-%m-%d')}. "
-            f"max_tokens {args.max_tokens}, seed {args.seed}.\n\n```\n{command}\n```\n\n{table}\n"
+            f"max_tokens {args.max_tokens}, seed {args.seed}, fastest of {args.repeat} runs. "
+            f"1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after.\n\n"
+            f"```\n{command}\n```\n\n{table}\n"
         )
 
 

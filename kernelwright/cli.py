@@ -109,6 +109,102 @@ def eval_cmd(
     print_result(out, result)
 
 
+def _register_llm_commands() -> None:
+    from kernelwright.llm.cli import generate, model_app
+
+    app.add_typer(model_app, name="model")
+    app.command("generate")(generate)
+
+
+_register_llm_commands()
+
+
+def default_target(device: str) -> str:
+    return "cpp" if device == "cpu" else "cuda"
+
+
+@app.command("run")
+def run_cmd(
+    regime: str = typer.Option("routed", "--regime", "-r", help="zero_shot | guided | iterative | agentic | routed, with +ablations (e.g. agentic+no_retrieval+n=2)."),
+    task: str = typer.Option(..., "--task", "-t", help="A task file, a built-in task id/name, or a spec selecting one task."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model spec (see docs/backends.md); default: the embedded 1.5B model."),
+    device: str = typer.Option("cpu", help="cpu, cuda or cuda:N (where candidates are evaluated)."),
+    target: Optional[str] = typer.Option(None, help="cuda | triton | cpp (default: cpp on cpu, cuda on a GPU)."),
+    n: Optional[int] = typer.Option(None, help="Samples per generation step (regime default if unset)."),
+    turns: Optional[int] = typer.Option(None, help="Turns for iterative/agentic (default 3)."),
+    seed: int = typer.Option(0, help="Sampling seed."),
+    max_tokens: int = typer.Option(1024, help="Decoding budget per generated program."),
+    timeout: float = typer.Option(240.0, help="Evaluation time limit per candidate, seconds."),
+    iters: int = typer.Option(100, help="Timed calls per module."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for attempts.jsonl and cells.jsonl (appended)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the cell record as JSON at the end."),
+) -> None:
+    """Run one interaction regime on one task with a model, evaluating every candidate."""
+    from kernelwright.evaluate import EvalConfig, EvaluatorError
+    from kernelwright.llm import BackendError, make_backend
+    from kernelwright.strategies import RegimeError, parse_regime, run_regime
+    from kernelwright.tasks import TaskError, load_task
+
+    tgt = target or default_target(device)
+    if tgt not in ("cuda", "triton", "cpp"):
+        fail(f"unknown target {tgt!r}: use cuda, triton or cpp")
+    try:
+        config = parse_regime(regime, target=tgt, seed=seed, max_tokens=max_tokens,
+                              **({"n": n} if n is not None else {}), **({"turns": turns} if turns is not None else {}))
+        the_task = load_task(task)
+        from kernelwright.evaluate.evaluator import validate_device
+
+        validate_device(device)
+        backend = make_backend(model)
+    except (RegimeError, TaskError, EvaluatorError, BackendError) as e:
+        fail(str(e))
+    sink, out_files = _jsonl_sink(out_dir)
+    cfg = EvalConfig(device=device, timeout=timeout, iters=iters)
+    err.print(f"regime {config.spec} · task {the_task.id} · model {backend.model} · target {tgt} · device {device}")
+    try:
+        cell = run_regime(the_task, backend, config, cfg, sink=sink, progress=_print_progress)
+    except (EvaluatorError, BackendError) as e:
+        fail(str(e))
+    if out_files:
+        with open(out_files[1], "a") as f:
+            f.write(cell.model_dump_json() + "\n")
+    if json_out:
+        print(cell.model_dump_json(indent=2))
+    else:
+        out.print(f"[bold]{cell.verdict.value}[/] — {cell.reason}" + (f"\nroute: {cell.route}" if cell.route else ""))
+        out.print(f"{len(cell.attempt_ids)} candidate(s), {cell.turns} turn(s), {cell.wall_s:.0f} s, "
+                  f"{cell.usage.completion_tokens} tokens generated")
+
+
+def _jsonl_sink(out_dir: Optional[Path]):
+    if out_dir is None:
+        return (lambda a: None), None
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        fail(f"cannot create output folder {out_dir}: {e.strerror}")
+    attempts, cells = out_dir / "attempts.jsonl", out_dir / "cells.jsonl"
+
+    def sink(attempt) -> None:
+        with open(attempts, "a") as f:  # one line per attempt, flushed as it finishes
+            f.write(attempt.model_dump_json() + "\n")
+
+    return sink, (attempts, cells)
+
+
+def _print_progress(e: dict) -> None:
+    kind = e.get("event")
+    if kind == "generate":
+        err.print(f"turn {e['turn']}: generating {e['n']} candidate(s)")
+    elif kind == "role":
+        err.print(f"turn {e['turn']}: {e['role']}")
+    elif kind == "route":
+        err.print(f"routed to {e['regime']}: {e['reason']}")
+    elif kind == "verdict":
+        speed = f" speedup {e['speedup']:.3g}x" if e.get("speedup") is not None else ""
+        err.print(f"turn {e['turn']} candidate {e['sample'] + 1}/{e['n']}: {e['verdict']}{speed}")
+
+
 def main() -> None:
     try:
         app()

@@ -155,3 +155,57 @@ class EvalResult(BaseModel):
 
     def to_json(self, **kw: Any) -> str:
         return self.model_dump_json(**kw)
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+
+
+class Attempt(BaseModel):
+    """One generated candidate and everything that happened to it. Every candidate a regime
+    generates becomes an Attempt, kept or not: the study log holds one line per Attempt."""
+
+    schema_version: int = SCHEMA_VERSION
+    id: str  # "<cell key>/t<turn>/s<sample>", unique within a study
+    task_id: str
+    regime: str  # the regime spec, e.g. "agentic+no_retrieval"
+    turn: int
+    sample: int
+    role: str = "generator"
+    prompt_hash: str
+    messages: list[dict[str, str]]
+    raw_response: str
+    finish_reason: Optional[str] = None
+    code: Optional[str] = None  # extracted from the response (after scaffold assembly, if any)
+    repaired_code: Optional[str] = None  # after deterministic grounding repairs (None: unchanged)
+    code_hash: Optional[str] = None  # of the code that was evaluated
+    repairs: list[dict[str, Any]] = Field(default_factory=list)
+    grounding_findings: list[Finding] = Field(default_factory=list)
+    eval: EvalResult
+    usage: Usage = Field(default_factory=Usage)
+    wall_s: float = 0.0  # generation + grounding + evaluation of this candidate
+    notes: dict[str, Any] = Field(default_factory=dict)  # regime-specific facts (scaffold, parent id)
+
+
+class Cell(BaseModel):
+    """The outcome of one regime on one task: all its attempts, and the one the evaluator's
+    records selected (never the model's own judgment)."""
+
+    schema_version: int = SCHEMA_VERSION
+    key: str  # "<config hash>/<regime>/<task id>"
+    task_id: str
+    regime: str
+    config_hash: str
+    attempt_ids: list[str]
+    selected: Optional[str] = None  # attempt id
+    reason: str  # why this one, in words
+    verdict: Verdict
+    speedup: Optional[float] = None
+    faster: bool = False
+    custom_kernel: bool = False
+    route: Optional[str] = None  # for `routed`: the regime it picked and why
+    turns: int = 0
+    wall_s: float = 0.0
+    usage: Usage = Field(default_factory=Usage)

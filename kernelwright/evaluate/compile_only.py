@@ -8,13 +8,16 @@ would use, and stops before the link. What it proves: the candidate's C++ and CU
 real torch and CUDA headers. What it cannot: that the extension links and runs.
 
 Flags come from torch itself wherever torch exposes them (include paths, nvcc flags, ABI defines,
-arch flags); every private helper is reached through `_torch_helper`, so a torch that lacks one still
-compiles with the documented fallback.
+arch flags, the -std it uses); every private helper is reached through `_torch_helper`, so a torch
+that lacks one still compiles with the documented fallback. The tests compare our commands with the
+ninja file torch itself writes for the same build. One addition: a CPU wheel lacks a header that
+torch's CUDA build generates, supplied by `_cmake_macros_shim`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import glob
 import inspect
 import logging
 import os
@@ -109,8 +112,8 @@ def _cxx() -> str:
 
 
 def _cxx_standard() -> str:
-    """The -std torch compiles extensions with: c++17 up to torch 2.11-ish, c++20 after. Read it from
-    torch's own ninja writer rather than guessing from the version number."""
+    """The -std torch compiles extensions with (c++17 in older releases, c++20 in newer ones), read
+    from torch's own ninja writer rather than guessed from the version number."""
     writer = _torch_helper("_write_ninja_file_to_build_library")
     try:
         found = re.findall(r"-std=(c\+\+\d+)", inspect.getsource(writer)) if writer else []
@@ -130,8 +133,10 @@ def _abi_flags() -> list[str]:
     glibcxx = _torch_helper("_get_glibcxx_abi_build_flags")
     if glibcxx:
         flags += glibcxx()
-    elif hasattr(torch._C, "_GLIBCXX_USE_CXX11_ABI"):
-        flags.append(f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}")
+    elif not getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True):
+        # Newer torch passes no define because it always uses the new ABI (gcc's default); should a
+        # build ever report the old one, saying so is what keeps the objects compatible.
+        flags.append("-D_GLIBCXX_USE_CXX11_ABI=0")
     return _shell_split(flags)
 
 
@@ -156,7 +161,23 @@ def _include_paths(with_cuda: bool) -> list[str]:
         if home and os.path.join(home, "include") != "/usr/include":  # gcc rejects /usr/include
             paths.append(os.path.join(home, "include"))
     python_include = sysconfig.get_path("include", scheme="posix_prefix")
-    return paths + ([python_include] if python_include else [])
+    return paths + _wheel_cuda_includes(with_cuda) + ([python_include] if python_include else [])
+
+
+def _wheel_cuda_includes(with_cuda: bool) -> list[str]:
+    """Headers of the CUDA libraries (cuBLAS, cuSPARSE, cuSOLVER...) from NVIDIA's pip wheels.
+
+    ATen/cuda/CUDAContext.h includes cublas_v2.h and cusparse.h; a bare nvcc toolkit may lack
+    them, while the `nvidia-*` wheels (which a CUDA build of torch depends on, and which
+    scripts/setup.sh installs for the tests) ship them under site-packages/nvidia/*/include."""
+    if not with_cuda:
+        return []
+    found: list[str] = []
+    for site in sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]:
+        for inc in sorted(glob.glob(os.path.join(site, "nvidia", "*", "include"))):
+            if inc not in found:
+                found.append(inc)
+    return found
 
 
 def _gencode_flags(extra_cuda_cflags: list[str]) -> list[str]:
@@ -165,11 +186,8 @@ def _gencode_flags(extra_cuda_cflags: list[str]) -> list[str]:
         return []
     helper = _torch_helper("_get_cuda_arch_flags")
     if helper and os.environ.get("TORCH_CUDA_ARCH_LIST"):
-        try:  # torch expands named arches ("Hopper") and validates the list
-            return list(helper())
-        except (ValueError, IndexError, RuntimeError) as e:
-            log.warning("torch rejected TORCH_CUDA_ARCH_LIST (%s); parsing it here", e)
-    arch_list = gpu_arch_list()  # without a GPU torch's helper has nothing to read, so we decide
+        return list(helper())  # torch expands named arches ("Hopper") and rejects unknown ones
+    arch_list = gpu_arch_list()  # unset: torch would ask the (absent) GPU and fail, so we decide
     flags = []
     for arch in re.split(r"[;\s]+", arch_list.strip()):
         m = re.fullmatch(r"(\d+)\.(\d+)([a-z]?)(\+PTX)?", arch)
@@ -220,8 +238,7 @@ def _run(step: _Step, timeout_s: float) -> _Step:
     step.returncode = proc.returncode
     step.seconds = time.monotonic() - started
     if step.returncode == 0 and not step.timed_out:
-        with open(stamp_path, "w") as f:
-            f.write(stamp)
+        Path(stamp_path).write_text(stamp)
     log.info("%s: %s in %.1f s", step.label, "timed out" if step.timed_out else f"exit {proc.returncode}", step.seconds)
     return step
 
@@ -262,31 +279,21 @@ def _binding(functions: Any, with_pytorch_error_handling: bool) -> list[str]:
     return lines + ["}"]
 
 
-def _check_keywords(unexpected: dict[str, Any]) -> bool:
-    """Accept the keywords this torch's load_inline has (returns no_implicit_headers); reject others
-    with the TypeError the real function raises, so both modes report the same message."""
-    real = inspect.signature(cpp_extension.load_inline).parameters
-    for key, value in unexpected.items():
-        if key not in real or real[key].kind is inspect.Parameter.VAR_KEYWORD:
-            raise TypeError(f"load_inline() got an unexpected keyword argument '{key}'")
-        if key in ("sycl_sources", "with_sycl") and value:
-            raise BuildFailed("compile-only: SYCL sources are not supported", "")
-    return bool(unexpected.get("no_implicit_headers", False))
-
-
-def objects_only_load_inline(name: str, cpp_sources: Sources, cuda_sources: Sources = None, functions: Any = None,
-                             extra_cflags: Optional[list[str]] = None, extra_cuda_cflags: Optional[list[str]] = None,
-                             extra_ldflags: Optional[list[str]] = None,
-                             extra_include_paths: Optional[list[str]] = None, build_directory: Optional[str] = None,
-                             verbose: bool = False, with_cuda: Optional[bool] = None, is_python_module: bool = True,
-                             with_pytorch_error_handling: bool = True, keep_intermediates: bool = True,
-                             use_pch: bool = False, **unexpected: Any) -> types.ModuleType:
+def _load_inline(name: str, cpp_sources: Sources, cuda_sources: Sources = None, functions: Any = None,
+                 extra_cflags: Optional[list[str]] = None, extra_cuda_cflags: Optional[list[str]] = None,
+                 extra_ldflags: Optional[list[str]] = None, extra_include_paths: Optional[list[str]] = None,
+                 build_directory: Optional[str] = None, verbose: bool = False, with_cuda: Optional[bool] = None,
+                 is_python_module: bool = True, with_pytorch_error_handling: bool = True,
+                 keep_intermediates: bool = True, use_pch: bool = False, *, sycl_sources: Sources = None,
+                 extra_sycl_cflags: Optional[list[str]] = None, with_sycl: Optional[bool] = None,
+                 no_implicit_headers: bool = False) -> types.ModuleType:
     """load_inline, stopping before the link: main.cpp (and cuda.cu) become main.o (and cuda.cuda.o).
 
     Not linked, so `extra_ldflags` and `is_python_module` have no effect, and `use_pch` is ignored
     (torch would write the header into its own install). Raises BuildFailed with the compiler output.
     """
-    no_implicit_headers = _check_keywords(unexpected)
+    if sycl_sources or with_sycl:
+        raise BuildFailed("compile-only: SYCL sources are not supported", "")
     cpp = _as_list(cpp_sources)
     cuda = _as_list(cuda_sources)
     if not no_implicit_headers:
@@ -303,14 +310,12 @@ def objects_only_load_inline(name: str, cpp_sources: Sources, cuda_sources: Sour
     if cuda:
         files["cuda.cu"] = "\n".join(cuda)
     for fname, text in files.items():
-        with open(os.path.join(build_dir, fname), "w") as f:
-            f.write(text)
+        Path(build_dir, fname).write_text(text)
 
     steps = _plan(name, build_dir, list(files), with_cuda, extra_cflags or [], extra_cuda_cflags or [],
                   extra_include_paths or [])
-    if verbose:
-        for step in steps:
-            log.info("compile-only: %s", shlex.join(step.command))
+    for step in steps if verbose else []:
+        log.info("compile-only: %s", shlex.join(step.command))
     with ThreadPoolExecutor(max_workers=len(steps)) as pool:  # c++ and nvcc at once, as ninja would
         done = list(pool.map(lambda s: _run(s, COMPILE_TIMEOUT_S), steps))
     failed = [s for s in done if s.timed_out or s.returncode != 0]
@@ -326,9 +331,47 @@ def objects_only_load_inline(name: str, cpp_sources: Sources, cuda_sources: Sour
     return CompiledNotLinked(name, objects)
 
 
-# Python's own argument errors (missing or surplus positional arguments) name the function by its
+# Python's own argument errors ("missing 1 required positional argument") name the function by its
 # __qualname__; the real one's name keeps those messages identical in both modes.
-objects_only_load_inline.__qualname__ = "load_inline"
+_load_inline.__qualname__ = "load_inline"
+_OURS = inspect.signature(_load_inline).parameters
+
+
+def _torch_parameters() -> list[str]:
+    """The installed torch's load_inline parameters in order (2.13 put sycl_sources fourth). Once
+    the evaluator has wrapped load_inline its signature is (*args, **kwargs): then use ours."""
+    params = inspect.signature(cpp_extension.load_inline).parameters.values()
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return list(_OURS)
+    return [p.name for p in params]
+
+
+_TORCH_PARAMETERS = _torch_parameters()  # read at import: the worker imports us before it wraps torch
+
+
+def objects_only_load_inline(*args: Any, **kwargs: Any) -> types.ModuleType:
+    """Drop-in for torch's load_inline that compiles to objects only (see `_load_inline`).
+
+    Arguments bind in the installed torch's order, and a keyword torch lacks (`sources=`) raises the
+    TypeError torch raises, before any other argument error, as the real call would.
+    """
+    for key in kwargs:
+        if key not in _TORCH_PARAMETERS:
+            raise TypeError(f"load_inline() got an unexpected keyword argument '{key}'")
+    if len(args) > len(_TORCH_PARAMETERS):
+        raise TypeError(f"load_inline() takes from 2 to {len(_TORCH_PARAMETERS)} positional arguments "
+                        f"but {len(args)} were given")
+    for key, value in zip(_TORCH_PARAMETERS, args):
+        if key in kwargs:
+            raise TypeError(f"load_inline() got multiple values for argument '{key}'")
+        kwargs[key] = value
+    for key in [k for k in kwargs if k not in _OURS]:  # a newer torch's option we do not know
+        log.warning("compile-only: ignoring load_inline(%s=...), unknown to this compile-only build", key)
+        del kwargs[key]
+    return _load_inline(**kwargs)
+
+
+objects_only_load_inline.__signature__ = inspect.signature(_load_inline)  # type: ignore[attr-defined]
 
 
 def _object_name(source: str) -> str:
@@ -343,12 +386,11 @@ def _cmake_macros_shim(build_dir: str) -> list[str]:
     torch_include = os.path.join(os.path.dirname(torch.__file__), "include")
     if os.path.exists(os.path.join(torch_include, _CMAKE_MACROS)):
         return []
-    shim = os.path.join(build_dir, "compile_only_shim")
-    os.makedirs(os.path.join(shim, os.path.dirname(_CMAKE_MACROS)), exist_ok=True)
-    with open(os.path.join(shim, _CMAKE_MACROS), "w") as f:
-        f.write("#pragma once\n// compile-only stand-in for the header torch's CUDA build generates\n"
-                "#define C10_CUDA_BUILD_SHARED_LIBS\n")
-    return [shim]
+    shim = Path(build_dir, "compile_only_shim")
+    (shim / _CMAKE_MACROS).parent.mkdir(parents=True, exist_ok=True)
+    (shim / _CMAKE_MACROS).write_text("#pragma once\n// compile-only stand-in for the header torch's CUDA "
+                                      "build generates\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    return [str(shim)]
 
 
 def _plan(name: str, build_dir: str, sources: list[str], with_cuda: bool, extra_cflags: list[str],

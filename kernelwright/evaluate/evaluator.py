@@ -10,6 +10,7 @@ returns, and the next evaluation on that GPU checks again before it starts.
 from __future__ import annotations
 
 import ast
+import re
 import logging
 import os
 import shutil
@@ -207,7 +208,7 @@ def _assemble(task: Task, code_hash: str, cfg: EvalConfig, out: sandbox.SandboxO
         raise EvaluatorError(f"task {task.id}: the reference itself fails: {final.get('error')}")
     fields = dict(final.get("fields") or {})
     fields.pop("builds", None)
-    result = EvalResult(verdict=Verdict(verdict_name), error=final.get("error"), **base, **{
+    result = EvalResult(verdict=Verdict(verdict_name), error=strip_paths(final.get("error")), **base, **{
         k: v for k, v in fields.items() if k in EvalResult.model_fields})
     result.correct = result.verdict in (Verdict.CORRECT, Verdict.NO_CUSTOM_KERNEL)
     if result.verdict in (Verdict.COMPILE_ERROR, Verdict.HALLUCINATED_API, Verdict.SYNTAX_ERROR):
@@ -217,6 +218,15 @@ def _assemble(task: Task, code_hash: str, cfg: EvalConfig, out: sandbox.SandboxO
     if result.verdict == Verdict.CHEAT:
         result.correct = False
     return result
+
+
+# Absolute paths in compiler and Python messages name temporary and cache folders that differ
+# between runs and machines; the file name is what a reader (or a model) needs.
+_ABS_PATH = re.compile(r"(?<![\w.])/(?:[^\s:'\"()]+/)+(?=[^\s/:'\"()]+)")
+
+
+def strip_paths(text: Optional[str]) -> Optional[str]:
+    return _ABS_PATH.sub("", text) if text else text
 
 
 def _compiled_by(stages: list[Stage]) -> bool:

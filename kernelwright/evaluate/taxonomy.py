@@ -49,6 +49,7 @@ _NOISE = re.compile(
     r"Allowing ninja to set|Loading extension module|Using .* as PyTorch extensions root|"
     r"detected during|Traceback \(most recent call last\)|File \"|\^|\|)"
 )
+_SOURCE_EXTS = (".cpp", ".cu", ".cc", ".cxx", ".c")  # translation units; errors in headers belong to one
 _LONG_LINE = 400  # longer lines are command lines, never messages
 _CONTEXT_LINES = 3  # source-context lines a compiler prints after an error (code line, caret, hint)
 
@@ -88,40 +89,48 @@ def _in_toolchain(m: re.Match[str], line: str, context: str, text: str) -> bool:
     return bool(where and _TOOLCHAIN_DIR.search(where.group("file")))
 
 
-def _p(name: str, verdict: Verdict, regex: str, when=None) -> Pattern:
+def _p(name: str, verdict: Verdict, regex: str, when: Optional[Callable[..., bool]] = None) -> Pattern:
     return Pattern(name, verdict, re.compile(regex), when)
 
 
 _MISSING_HEADER = (
-    rf"fatal error: (?P<name>[^:\s]+): No such file or directory|"
-    rf"catastrophic error: cannot open source file \"(?P<name2>[^\"]+)\""
+    r"fatal error: (?P<name>[^:\s]+): No such file or directory|"
+    r"catastrophic error: cannot open source file \"(?P<name2>[^\"]+)\""
 )
+_UNDECLARED = rf"error: {_Q}(?P<name>[\w:]+){_Q} was not declared in this scope"
+_NAME = rf"{_Q}(?P<name>[\w:]+){_Q}"
 
 # The table. First match wins, so the narrow (environment, binding) cases sit above the broad ones.
 PATTERNS: tuple[Pattern, ...] = (
     # --- Python side: the build call or the candidate's imports ---------------------------------
     _p("unexpected_keyword", HALLU, r"got an unexpected keyword argument '(?P<name>\w+)'"),
+    # real packages this machine may lack: the environment's gap, not an invented module
     _p("missing_dependency", COMPILE, r"No module named '(?P<name>triton|cupy|numba|pycuda|cutlass|tilelang)'"),
     _p("no_such_module", HALLU, r"No module named '(?P<name>[\w.]+)'"),
     _p("cannot_import_name", HALLU, r"cannot import name '(?P<name>\w+)' from '(?P<module>[\w.]+)'"),
     _p("module_has_no_attribute", HALLU, r"module '(?P<module>[\w.]+)' has no attribute '(?P<name>\w+)'"),
     _p("tensor_has_no_attribute", HALLU, r"'Tensor' object has no attribute '(?P<name>\w+)'"),
-    _p("bad_call_arguments", COMPILE, r"missing \d+ required (?:positional|keyword-only) argument|takes \d+ positional"),
+    _p("bad_call_arguments", COMPILE,
+       r"missing \d+ required (?:positional|keyword-only) argument|takes (?:from \d+ to )?\d+ positional"),
     # --- compiler side ---------------------------------------------------------------------------
     _p("toolchain_header_missing", COMPILE, _MISSING_HEADER, _in_toolchain),
     _p("missing_header", HALLU, _MISSING_HEADER),
-    _p("pybind_unbound_function", HALLU, rf"error: {_Q}(?P<name>[\w:]+){_Q} was not declared in this scope", _bound_by_pybind),
-    _p("undeclared_function", HALLU, rf"error: {_Q}(?P<name>[\w:]+){_Q} was not declared in this scope", _used_as_call),
+    _p("pybind_unbound_function", HALLU, _UNDECLARED, _bound_by_pybind),
+    _p("undeclared_function", HALLU, _UNDECLARED, _used_as_call),
     _p("undefined_function", HALLU, r"error: identifier \"(?P<name>\w+)\" is undefined", _used_as_call),
-    _p("no_such_member", HALLU, rf"has no member named {_Q}(?P<name>\w+){_Q}|has no member \"(?P<name2>\w+)\"|no member named {_Q}(?P<name3>\w+){_Q}"),
-    _p("not_a_member", HALLU, rf"{_Q}(?P<name>[\w:]+){_Q} is not a member of {_Q}(?P<scope>[\w:]+){_Q}"),
-    _p("not_a_type_in_namespace", HALLU, rf"{_Q}(?P<name>\w+){_Q} in namespace {_Q}(?P<scope>[\w:]+){_Q} does not name a type"),
-    _p("undeclared_qualifier", HALLU, rf"{_Q}(?P<name>[\w:]+){_Q} (?:is not a namespace-name|has not been declared)|name must be a namespace name"),
-    _p("undeclared_name", COMPILE, rf"was not declared in this scope|identifier \"\w+\" is undefined"),
+    _p("no_such_member", HALLU,
+       rf"has no member named {_Q}\w+{_Q}|has no member \"\w+\"|no member named {_Q}\w+{_Q}"),
+    _p("not_a_member", HALLU, rf"{_NAME} is not a member of {_Q}[\w:]+{_Q}"),
+    _p("not_a_type_in_namespace", HALLU, rf"{_NAME} in namespace {_Q}[\w:]+{_Q} does not name a type"),
+    _p("undeclared_qualifier", HALLU,
+       rf"{_NAME} (?:is not a namespace-name|has not been declared)|name must be a namespace name"),
+    _p("undeclared_name", COMPILE, r"was not declared in this scope|identifier \"\w+\" is undefined"),
     _p("link_error", COMPILE, r"undefined reference to|undefined symbol:"),
     _p("compiler_flags", COMPILE, r"^nvcc fatal|unrecognized command[- ]line option|Unknown option"),
-    _p("syntax_error", COMPILE, r"error: expected|does not name a type|error: stray|error: unexpected|missing terminating"),
-    _p("type_error", COMPILE, r"cannot convert|no matching function|no instance of|invalid conversion|incompatible|no suitable"),
+    _p("syntax_error", COMPILE,
+       r"error: expected|does not name a type|error: stray|error: unexpected|missing terminating"),
+    _p("type_error", COMPILE,
+       r"cannot convert|no matching function|no instance of|invalid conversion|incompatible|no suitable"),
 )
 
 
@@ -131,15 +140,27 @@ def _unglue(text: str) -> str:
 
 
 def _error_lines(text: str) -> list[tuple[str, str]]:
-    """The first compiler error of each compile step, with the context lines printed after it."""
+    """The first compiler error of each compile step, with the context lines printed after it.
+
+    A step starts at a ninja or compile-only step line, or where errors move to another source file
+    (main.cpp -> cuda.cu): the distilled message keeps no step lines, only the errors of each file.
+    """
     lines = _unglue(text).splitlines()
     found: list[tuple[str, str]] = []
-    step_has_error = False
+    step_has_error, unit = False, None
     for i, line in enumerate(lines):
         if _STEP_START.match(line):
-            step_has_error = False
+            step_has_error, unit = False, None
             continue
-        if step_has_error or len(line) > _LONG_LINE or not _COMPILER_ERROR.search(line):
+        if len(line) > _LONG_LINE or not _COMPILER_ERROR.search(line):
+            continue
+        where = _DIAG_FILE.match(line.strip())
+        source = where.group("file") if where and where.group("file").endswith(_SOURCE_EXTS) else None
+        if source and source != unit:
+            if unit is not None:  # errors moved on to another translation unit
+                step_has_error = False
+            unit = source
+        if step_has_error:
             continue
         step_has_error = True
         found.append((line.strip(), "\n".join(lines[i + 1 : i + 1 + _CONTEXT_LINES])))

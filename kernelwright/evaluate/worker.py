@@ -265,9 +265,9 @@ class Worker:
             try:
                 with torch.no_grad():
                     out_c = self.new_model(*self._clone(inputs))
-                    self._side_stream_check(out_c)
             except Exception as e:
                 raise Finish(*self._classify_runtime(e)) from e
+            self._side_stream_check(out_c)
             calls_per_trial.append(counter.total() - before)
             with torch.no_grad():
                 out_r = self.ref_model(*self._clone(inputs))
@@ -384,6 +384,7 @@ def _kill_descendants() -> None:
     for pid in child_pids():
         try:
             os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)  # reap it: an orphaned zombie could outlive us where init does not reap
         except OSError:
             pass
 

@@ -7,7 +7,8 @@ gets back exactly `request.n` completions, in order.
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,6 +24,12 @@ DEFAULT_MAX_TOKENS = 1024
 
 class BackendError(RuntimeError):
     """A model backend cannot do what was asked. The message is one line, meant for a user."""
+
+
+def first_line(error: object) -> str:
+    """The first line of an error's text: library errors can run to pages, ours stay one line."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 class ChatMessage(BaseModel):
@@ -45,10 +52,10 @@ class GenerationRequest(BaseModel):
     repeat_penalty: float = Field(default=DEFAULT_REPEAT_PENALTY, gt=0.0)  # 1.0 turns it off
     max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1)
     # With a seed, sample i of the request uses seed + i, so samples differ but a rerun repeats.
-    seed: Optional[int] = None
+    seed: int | None = None
 
     @classmethod
-    def chat(cls, user: str, system: Optional[str] = None, **sampling: object) -> "GenerationRequest":
+    def chat(cls, user: str, system: str | None = None, **sampling: object) -> GenerationRequest:
         """Shorthand for the common system + user prompt."""
         messages = [ChatMessage(role="system", content=system)] if system else []
         messages.append(ChatMessage(role="user", content=user))
@@ -58,7 +65,7 @@ class GenerationRequest(BaseModel):
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
-    def sample_seed(self, i: int) -> Optional[int]:
+    def sample_seed(self, i: int) -> int | None:
         return None if self.seed is None else self.seed + i
 
     def messages_as_dicts(self) -> list[dict[str, str]]:
@@ -98,6 +105,6 @@ def check_counts(requests: Sequence[GenerationRequest], results: list[list[Compl
     """Backends call this last: a short answer is a bug, never something to pass on silently."""
     if len(results) != len(requests):
         raise BackendError(f"{who} returned {len(results)} results for {len(requests)} requests")
-    for i, (req, got) in enumerate(zip(requests, results)):
+    for i, (req, got) in enumerate(zip(requests, results, strict=True)):
         if len(got) != req.n:
             raise BackendError(f"{who} returned {len(got)} completions for request {i}, asked for n={req.n}")

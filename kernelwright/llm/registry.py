@@ -19,8 +19,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 from urllib.parse import parse_qsl
 
 from kernelwright.llm import local_model
@@ -29,7 +30,7 @@ from kernelwright.llm.base import Backend, BackendError
 log = logging.getLogger(__name__)
 
 # backend name -> ("module:Class", the pip extra that brings its dependencies, or None)
-BACKENDS: dict[str, tuple[str, Optional[str]]] = {
+BACKENDS: dict[str, tuple[str, str | None]] = {
     "llamacpp": ("kernelwright.llm.llamacpp_backend:LlamaCppBackend", "local"),
     "transformers": ("kernelwright.llm.transformers_backend:TransformersBackend", "hf"),
     "openai": ("kernelwright.llm.openai_backend:OpenAIBackend", "openai"),
@@ -39,10 +40,7 @@ BACKENDS: dict[str, tuple[str, Optional[str]]] = {
 # spec scheme -> backend name; the backend names work as schemes too
 SCHEMES: dict[str, str] = {"gguf": "llamacpp", "hf": "transformers", **{name: name for name in BACKENDS}}
 
-SPEC_FORMS = (
-    "openai:URL#MODEL, hf:HUB_ID|FOLDER|FILE.gguf, gguf:FILE.gguf, replay:FILE.jsonl, "
-    "record:FILE.jsonl=SPEC"
-)
+SPEC_FORMS = "openai:URL#MODEL, hf:HUB_ID|FOLDER|FILE.gguf, gguf:FILE.gguf, replay:FILE.jsonl, record:FILE.jsonl=SPEC"
 
 
 @dataclass(frozen=True)
@@ -50,7 +48,7 @@ class ModelSpec:
     backend: str  # a key of BACKENDS
     target: str  # URL, path or hub id; for record, the recording file
     options: dict[str, str] = field(default_factory=dict)  # the query; "#x" becomes model=x
-    inner: Optional["ModelSpec"] = None  # for record: the spec of the backend being recorded
+    inner: ModelSpec | None = None  # for record: the spec of the backend being recorded
 
 
 def parse_spec(spec: str) -> ModelSpec:

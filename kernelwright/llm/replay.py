@@ -14,8 +14,8 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
 
 from pydantic import BaseModel, ValidationError
 
@@ -55,7 +55,7 @@ class ReplayBackend:
     """Answers from a recording file. Several recordings of one key (a request without a seed,
     sent twice) are served in order; after the last, the last one repeats."""
 
-    def __init__(self, path: str | Path, model: Optional[str] = None) -> None:
+    def __init__(self, path: str | Path, model: str | None = None) -> None:
         self.path = Path(path)
         if not self.path.is_file():
             raise BackendError(f"replay file not found: {self.path}")
@@ -63,7 +63,9 @@ class ReplayBackend:
         models = sorted({r.model for r in recordings})
         if model is None:
             if len(models) > 1:
-                raise BackendError(f"{self.path} holds several models ({', '.join(models)}); pick one: replay:FILE#MODEL")
+                raise BackendError(
+                    f"{self.path} holds several models ({', '.join(models)}); pick one: replay:FILE#MODEL"
+                )
             model = models[0] if models else "unknown"
         self.model = model
         self._by_key: dict[str, list[list[Completion]]] = defaultdict(list)
@@ -74,7 +76,7 @@ class ReplayBackend:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_spec(cls, target: str, options: Mapping[str, str]) -> "ReplayBackend":
+    def from_spec(cls, target: str, options: Mapping[str, str]) -> ReplayBackend:
         from kernelwright.llm.registry import take_options
 
         return cls(target, **take_options(options, {"model": str}, "replay"))
@@ -112,7 +114,7 @@ class RecordingBackend:
         results = self.inner.generate(requests)
         now = time.time()
         with self._lock, open(self.path, "a", encoding="utf-8") as f:
-            for req, completions in zip(requests, results):
+            for req, completions in zip(requests, results, strict=True):
                 rec = Recording(
                     key=request_key(req, self.model), model=self.model, request=req,
                     completions=completions, recorded_at=now,

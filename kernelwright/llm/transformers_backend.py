@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from itertools import groupby
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from kernelwright.llm import local_model
-from kernelwright.llm.base import BackendError, Completion, GenerationRequest, check_counts
+from kernelwright.llm.base import BackendError, Completion, GenerationRequest, check_counts, first_line
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ def _dtype_kwarg() -> str:
     return "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
 
 
-def split_target(target: str) -> tuple[str, Optional[str]]:
+def split_target(target: str) -> tuple[str, str | None]:
     """hf: target -> (model id or folder, GGUF file name inside it or None)."""
     if not target.endswith(".gguf"):
         return target, None
@@ -54,11 +55,11 @@ class TransformersBackend:
         self,
         model_id: str,
         *,
-        gguf_file: Optional[str] = None,
-        device: Optional[str] = None,
+        gguf_file: str | None = None,
+        device: str | None = None,
         dtype: str = "bfloat16",
         batch_size: int = 8,
-        model: Optional[str] = None,
+        model: str | None = None,
     ) -> None:
         if dtype not in DTYPES:
             raise BackendError(f"transformers: unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
@@ -66,7 +67,9 @@ class TransformersBackend:
             try:
                 import gguf  # noqa: F401  transformers needs it to read GGUF, and says so less clearly
             except ImportError:
-                raise BackendError("reading a GGUF file with transformers needs 'gguf': pip install kernelwright[hf]") from None
+                raise BackendError(
+                    "reading a GGUF file with transformers needs 'gguf': pip install kernelwright[hf]"
+                ) from None
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.batch_size = max(1, batch_size)
         self.model = model or (Path(gguf_file).stem if gguf_file else model_id)
@@ -75,7 +78,7 @@ class TransformersBackend:
             self.tokenizer = AutoTokenizer.from_pretrained(model_id, **source)
             self._lm = AutoModelForCausalLM.from_pretrained(model_id, **source, **{_dtype_kwarg(): DTYPES[dtype]})
         except (OSError, ValueError) as e:
-            raise BackendError(f"transformers cannot load {model_id} {gguf_file or ''}: {str(e).splitlines()[0]}") from e
+            raise BackendError(f"transformers cannot load {model_id} {gguf_file or ''}: {first_line(e)}") from e
         self._lm.to(self.device).eval()
         self.tokenizer.padding_side = "left"  # decoder-only: new tokens must follow the prompt directly
         if self.tokenizer.pad_token_id is None:
@@ -83,7 +86,7 @@ class TransformersBackend:
         self._stop_ids = self._end_of_turn_ids()
 
     @classmethod
-    def from_spec(cls, target: str, options: Mapping[str, str]) -> "TransformersBackend":
+    def from_spec(cls, target: str, options: Mapping[str, str]) -> TransformersBackend:
         from kernelwright.llm.registry import take_options
 
         model_id, gguf_file = split_target(target)
@@ -110,13 +113,15 @@ class TransformersBackend:
         )  # fmt: skip
         if req.greedy:
             return GenerationConfig(do_sample=False, **common)
-        return GenerationConfig(do_sample=True, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k or None, **common)
+        return GenerationConfig(
+            do_sample=True, temperature=req.temperature, top_p=req.top_p, top_k=req.top_k or None, **common
+        )
 
     def _prompt(self, req: GenerationRequest) -> str:
         return self.tokenizer.apply_chat_template(req.messages_as_dicts(), tokenize=False, add_generation_prompt=True)
 
     @torch.inference_mode()
-    def _run_batch(self, prompts: list[str], config: GenerationConfig, seed: Optional[int]) -> list[Completion]:
+    def _run_batch(self, prompts: list[str], config: GenerationConfig, seed: int | None) -> list[Completion]:
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         if seed is not None:
             torch.manual_seed(seed)
@@ -129,14 +134,16 @@ class TransformersBackend:
         prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
         stops = set(self._stop_ids)
         completions = []
-        for tokens, prompt_len in zip(new, prompt_lens):
+        for tokens, prompt_len in zip(new, prompt_lens, strict=True):
             end = next((i for i, t in enumerate(tokens) if t in stops), None)
             kept = tokens if end is None else tokens[:end]
             completions.append(
                 Completion(
                     text=self.tokenizer.decode(kept, skip_special_tokens=True),
                     finish_reason="length" if end is None else "stop",
-                    prompt_tokens=int(prompt_len), completion_tokens=len(kept), latency_s=latency,
+                    prompt_tokens=int(prompt_len),
+                    completion_tokens=len(kept),
+                    latency_s=latency,
                 )  # fmt: skip
             )
         return completions
@@ -151,7 +158,7 @@ class TransformersBackend:
             return (r.greedy, r.temperature, r.top_p, r.top_k, r.repeat_penalty, r.max_tokens)
 
         rows.sort(key=lambda row: (settings(row), len(prompts[row[0]])))  # similar lengths pad less
-        results: list[list[Optional[Completion]]] = [[None] * r.n for r in requests]
+        results: list[list[Completion | None]] = [[None] * r.n for r in requests]
         for _, group in groupby(rows, key=settings):
             group = list(group)
             for b in range(0, len(group), self.batch_size):
@@ -159,7 +166,7 @@ class TransformersBackend:
                 first = requests[batch[0][0]]
                 seed = first.sample_seed(batch[0][1])
                 done = self._run_batch([prompts[i] for i, _ in batch], self._generation_config(first), seed)
-                for (i, s), completion in zip(batch, done):
+                for (i, s), completion in zip(batch, done, strict=True):
                     results[i][s] = completion
         final = [[c for c in row if c is not None] for row in results]
         check_counts(requests, final, f"transformers {self.model}")

@@ -61,7 +61,7 @@ def test_uninitialized_gpu_memory_is_not_correct(task, gpu_cfg):
 def test_side_stream_work_is_inside_the_timer(task, gpu_cfg):
     """Stream creation is only a static warning; the dynamic check catches the unjoined work."""
     r = run(task, "side_stream.py", gpu_cfg())
-    assert r.verdict == Verdict.CHEAT and "stream" in r.error
+    assert r.verdict == Verdict.CHEAT and "stream" in r.error, (r.verdict, r.error)
     assert any(f.rule == "stream_use" for f in r.findings)
 
 

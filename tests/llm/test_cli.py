@@ -6,10 +6,11 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
-from kernelwright.llm import Completion, GenerationRequest
+from kernelwright.llm import BackendError, Completion, GenerationRequest
 from kernelwright.llm.cli import generate, load_prompt, model_app
 from kernelwright.llm.replay import Recording, request_key
 
@@ -22,23 +23,50 @@ runner = CliRunner()
 def test_prompt_file_forms(tmp_path: Path) -> None:
     py = tmp_path / "p.py"
     py.write_text('SYSTEM = "sys"\nUSER = f"user {1 + 1}"\n')
-    assert [m.model_dump() for m in load_prompt(py)] == [{"role": "system", "content": "sys"}, {"role": "user", "content": "user 2"}]
+    assert [m.model_dump() for m in load_prompt(py)] == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "user 2"},
+    ]
     js = tmp_path / "p.json"
     js.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}))
     assert load_prompt(js)[0].content == "hi"
     txt = tmp_path / "p.txt"
     txt.write_text("plain")
     assert load_prompt(txt)[0].role == "user"
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"role": "robot", "content": "x"}]')
+    with pytest.raises(BackendError, match="cannot read prompt file .*bad.json: ValidationError"):
+        load_prompt(bad)
 
 
 def test_generate_from_replay(tmp_path: Path) -> None:
     prompt = tmp_path / "p.py"
     prompt.write_text('MESSAGES = [{"role": "user", "content": "Write a kernel."}]\n')
     req = GenerationRequest(messages=load_prompt(prompt), n=2, temperature=0.0, max_tokens=50)
-    comps = [Completion(text=f"answer {i}", finish_reason="stop", prompt_tokens=9, completion_tokens=20, latency_s=2.0) for i in range(2)]
+    comps = [
+        Completion(text=f"answer {i}", finish_reason="stop", prompt_tokens=9, completion_tokens=20, latency_s=2.0)
+        for i in range(2)
+    ]
     rec = tmp_path / "r.jsonl"
-    rec.write_text(Recording(key=request_key(req, "m"), model="m", request=req, completions=comps, recorded_at=time.time()).model_dump_json() + "\n")
-    args = ["generate", "--prompt-file", str(prompt), "--model", f"replay:{rec}", "-n", "2", "-t", "0", "--max-tokens", "50"]
+    rec.write_text(
+        Recording(
+            key=request_key(req, "m"), model="m", request=req, completions=comps, recorded_at=time.time()
+        ).model_dump_json()
+        + "\n"
+    )
+    args = [
+        "generate",
+        "--prompt-file",
+        str(prompt),
+        "--model",
+        f"replay:{rec}",
+        "-n",
+        "2",
+        "-t",
+        "0",
+        "--max-tokens",
+        "50",
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "answer 1" in result.output and "10.0 tokens/s" in result.output

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.llm import GenerationRequest, make_backend
-from kernelwright.llm import local_model
+from kernelwright.llm import GenerationRequest, local_model, make_backend
 
 pytestmark = pytest.mark.slow
 
@@ -40,12 +39,20 @@ def test_greedy_and_counts(backend) -> None:
     assert c.finish_reason == "length" and c.completion_tokens == 1
 
 
-def test_default_backend_says_where_it_runs_in_one_line(caplog) -> None:
+def test_embedded_name_says_where_it_runs_in_one_line(small_model: Path, caplog) -> None:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (pip install 'kernelwright[local]')")
+    with caplog.at_level(logging.INFO, logger="kernelwright.llm"):
+        b = make_backend("qwen2.5-coder-0.5b")
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("kernelwright.llm")]
+    assert len(lines) == 1 and lines[0].startswith("model qwen2.5-coder-0.5b: llama.cpp on the CPU (no GPU found)")
+    b.close()
+
+
+def test_no_spec_is_the_default_model(caplog) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (pip install 'kernelwright[local]')")
     if local_model.cached_path(local_model.DEFAULT_MODEL) is None:
         pytest.skip(f"{local_model.DEFAULT_MODEL} not pulled (kernelwright model pull)")
     with caplog.at_level(logging.INFO, logger="kernelwright.llm"):
         b = make_backend(None)
-    lines = [r.getMessage() for r in caplog.records if r.name == "kernelwright.llm.registry"]
-    assert len(lines) == 1 and lines[0].startswith("model qwen2.5-coder-1.5b: llama.cpp on the CPU (no GPU found)")
+    assert b.model == "qwen2.5-coder-1.5b" and "model qwen2.5-coder-1.5b: llama.cpp on the CPU" in caplog.text
     b.close()

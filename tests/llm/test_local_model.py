@@ -32,7 +32,9 @@ def write_chunk_wheels(folder: Path, prefix: str, chunks: list[bytes]) -> None:
             z.writestr(f"{dist}/data/part{i:02d}.bin", chunk)
             info = f"{dist}-{VERSION}.dist-info"
             z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {prefix}{i}\nVersion: {VERSION}\n")
-            z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+            z.writestr(
+                f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+            )
             z.writestr(f"{info}/RECORD", "")
 
 

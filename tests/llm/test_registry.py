@@ -27,7 +27,10 @@ def test_openai_spec_keeps_the_url_whole() -> None:
         ("path/to/model.gguf", ModelSpec("llamacpp", "path/to/model.gguf")),
         ("llamacpp:qwen2.5-coder-0.5b", ModelSpec("llamacpp", "qwen2.5-coder-0.5b")),
         ("replay:runs/a.jsonl", ModelSpec("replay", "runs/a.jsonl")),
-        ("replay:runs/a.jsonl#qwen2.5-coder-1.5b", ModelSpec("replay", "runs/a.jsonl", {"model": "qwen2.5-coder-1.5b"})),
+        (
+            "replay:runs/a.jsonl#qwen2.5-coder-1.5b",
+            ModelSpec("replay", "runs/a.jsonl", {"model": "qwen2.5-coder-1.5b"}),
+        ),
         ("qwen2.5-coder-1.5b", ModelSpec("embedded", "qwen2.5-coder-1.5b")),
         ("qwen2.5-coder-0.5b", ModelSpec("embedded", "qwen2.5-coder-0.5b")),
     ],
@@ -69,7 +72,9 @@ def test_missing_optional_dependency_names_the_extra(monkeypatch, backend: str, 
     monkeypatch.delitem(sys.modules, module, raising=False)
     with pytest.raises(BackendError) as e:
         load_backend_class(backend)
-    assert str(e.value) == f"backend '{backend}' needs the optional package '{package}': pip install kernelwright[{extra}]"
+    assert (
+        str(e.value) == f"backend '{backend}' needs the optional package '{package}': pip install kernelwright[{extra}]"
+    )
 
 
 def test_missing_dependency_disables_only_its_backend(monkeypatch, tmp_path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kernelwright.llm import BackendError, Completion, GenerationRequest, make_backend
-from kernelwright.llm.replay import RecordingBackend, Recording, ReplayBackend, read_recordings, request_key
+from kernelwright.llm.replay import Recording, RecordingBackend, ReplayBackend, read_recordings, request_key
 
 REQ = GenerationRequest.chat("Write a fused bias+ReLU kernel.", system="You write CUDA.", n=2, seed=7, max_tokens=64)
 
@@ -20,7 +20,9 @@ def completion(text: str) -> Completion:
 def write(path: Path, *recs: tuple[str, GenerationRequest, list[Completion]]) -> None:
     with open(path, "a") as f:
         for model, req, comps in recs:
-            rec = Recording(key=request_key(req, model), model=model, request=req, completions=comps, recorded_at=time.time())
+            rec = Recording(
+                key=request_key(req, model), model=model, request=req, completions=comps, recorded_at=time.time()
+            )
             f.write(rec.model_dump_json() + "\n")
 
 
@@ -28,7 +30,14 @@ def test_key_covers_messages_sampling_and_model() -> None:
     key = request_key(REQ, "m")
     assert len(key) == 64 and key == request_key(GenerationRequest.model_validate_json(REQ.model_dump_json()), "m")
     assert key != request_key(REQ, "other")
-    for change in ({"temperature": 0.0}, {"top_k": 0}, {"seed": 8}, {"n": 3}, {"max_tokens": 65}, {"repeat_penalty": 1.0}):
+    for change in (
+        {"temperature": 0.0},
+        {"top_k": 0},
+        {"seed": 8},
+        {"n": 3},
+        {"max_tokens": 65},
+        {"repeat_penalty": 1.0},
+    ):
         assert request_key(REQ.model_copy(update=change), "m") != key
 
 

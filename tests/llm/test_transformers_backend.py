@@ -33,8 +33,21 @@ def test_batched_generation_counts_and_seed(backend) -> None:
 
 def test_greedy_rows_agree(backend) -> None:
     req = GenerationRequest.chat("Reply with the word OK.", temperature=0.0, n=2, max_tokens=8)
-    (a, b), = backend.generate([req])
+    ((a, b),) = backend.generate([req])
     assert a.text == b.text and a.text.strip()
+
+
+def test_left_padding_leaves_a_prompt_unchanged(backend) -> None:
+    # a short prompt batched with a long one is left-padded; greedy, it must say what it says alone
+    short = GenerationRequest.chat(
+        "Write a Python function that returns the square of x.", temperature=0.0, max_tokens=16
+    )
+    long = GenerationRequest.chat("Explain how CUDA thread blocks are scheduled on multiprocessors. " * 4,
+                                  temperature=0.0, max_tokens=16)  # fmt: skip
+    ((alone,),) = backend.generate([short])
+    batched = backend.generate([long, short])
+    assert batched[1][0].prompt_tokens == alone.prompt_tokens < batched[0][0].prompt_tokens
+    assert batched[1][0].text == alone.text
 
 
 def test_gguf_target_forms(tmp_path: Path) -> None:

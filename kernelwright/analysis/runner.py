@@ -1,0 +1,179 @@
+"""``analyze(task)``: graph, classification, chains, roofline and profile, computed in a child process.
+
+The caller is long-lived (a search over many candidates) and must neither initialise CUDA nor
+execute task code, so everything runs in ``python -m kernelwright.analysis``: the job goes in as
+JSON on stdin, the ``TaskAnalysis`` comes back as one JSON line on stdout (the child moves the task's
+own prints to stderr first). ``KERNELWRIGHT_SIZE`` is set for the child: with ``size="auto"``,
+small on the CPU and full on a GPU, as the evaluator does. Failures become one ``AnalysisError``
+whose message is a single line naming the task and the stage.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel
+
+from kernelwright.records import Task
+
+from .report import TaskAnalysis
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+class AnalysisError(Exception):
+    """The analysis of a task failed; ``str()`` is one line: task, stage, error."""
+
+    def __init__(self, task_id: str, stage: str, message: str):
+        super().__init__(f"{task_id}: {stage}: {message}")
+        self.task_id, self.stage, self.message = task_id, stage, message
+
+
+class AnalysisJob(BaseModel):
+    task_id: str
+    source: str
+    path: Optional[str] = None
+    device: str = "cpu"
+    size: str = "small"
+    profile: bool = True
+    roofline_device: Optional[str] = None  # None: the device the reference runs on
+    measure_peaks: bool = True
+    seed: int = 42  # the evaluator's default seed: the same parameters and inputs
+    warmup: int = 3
+    iters: int = 10
+    full_graph: bool = False
+
+
+def resolve_size(device: str, size: str) -> str:
+    if size in ("small", "full"):
+        return size
+    if size != "auto":
+        raise ValueError(f"size must be small, full or auto, not {size!r}")
+    return "small" if device == "cpu" else "full"
+
+
+def analyze(task: Task, device: str = "cpu", size: str = "auto", profile: bool = True, *,
+            roofline_device: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT_S, measure_peaks: bool = True,
+            seed: int = 42, warmup: int = 3, iters: int = 10, full_graph: bool = False) -> TaskAnalysis:
+    """Analyse ``task``'s reference in a fresh interpreter and return the record."""
+    job = AnalysisJob(task_id=task.id, source=task.source, path=task.path, device=device,
+                      size=resolve_size(device, size), profile=profile, roofline_device=roofline_device,
+                      measure_peaks=measure_peaks, seed=seed, warmup=warmup, iters=iters, full_graph=full_graph)
+    env = dict(os.environ, KERNELWRIGHT_SIZE=job.size, PYTHONUNBUFFERED="1")
+    pkg_root = str(Path(__file__).resolve().parents[2])  # importable from a source checkout too
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.Popen([sys.executable, "-m", "kernelwright.analysis"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(job.model_dump_json().encode(), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        proc.communicate()
+        raise AnalysisError(task.id, "timeout", f"no result within {timeout:.0f} s") from None
+    finally:
+        _kill_group(proc.pid)  # anything the task started must not outlive its analysis
+    reply = _last_json_line(out)
+    if reply is None:
+        tail = err.decode(errors="replace").strip().splitlines()
+        raise AnalysisError(task.id, "crash", f"the analysis process exited with {proc.returncode}"
+                            + (f": {tail[-1][:300]}" if tail else ""))
+    if not reply.get("ok"):
+        raise AnalysisError(task.id, reply.get("stage", "unknown"), reply.get("error", "unknown error"))
+    return TaskAnalysis.model_validate(reply["analysis"])
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _last_json_line(out: bytes) -> Optional[dict[str, Any]]:
+    for line in reversed(out.decode(errors="replace").splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                return None
+    return None
+
+
+# ---- what the child runs ----------------------------------------------------------------------
+
+class StageError(Exception):
+    def __init__(self, stage: str, message: str):
+        super().__init__(message)
+        self.stage, self.message = stage, message
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:300]}" if text else type(e).__name__
+
+
+def _stage(name: str, what: str, fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as e:  # reported as this stage's failure, in one line
+        log.debug("stage %s failed", name, exc_info=True)
+        raise StageError(name, f"{what} raised {_one_line(e)}") from e
+
+
+def analyze_job(job: AnalysisJob) -> TaskAnalysis:
+    """Run every analysis on ``job`` in this process (the child's side of ``analyze``)."""
+    import torch
+
+    from .graph import build_graph, classify, epilogue_chains
+    from .profile import profile_reference
+    from .report import summarize
+    from .roofline import device_peaks, roofline
+
+    start = time.monotonic()
+    dev = torch.device(job.device)
+    module = types.ModuleType("kernelwright_analysis_task")
+    code = _stage("load", "the task source", compile, job.source, job.path or f"<{job.task_id}>", "exec")
+    _stage("load", "the task source", exec, code, module.__dict__)
+    for name in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(module, name):
+            raise StageError("load", f"the task source defines no {name}")
+
+    def seeded(fn: Any) -> Any:
+        random.seed(job.seed)
+        torch.manual_seed(job.seed)
+        return fn()
+
+    init_inputs = _stage("init", "get_init_inputs()", seeded, module.get_init_inputs)
+    model = _stage("init", "Model(*get_init_inputs())", seeded, lambda: module.Model(*init_inputs).to(dev))
+    raw = _stage("inputs", "get_inputs()", seeded, module.get_inputs)
+    inputs = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in raw]
+    with torch.no_grad():
+        _stage("forward", "Model.forward", model, *inputs)
+    graph = _stage("graph", "building the op graph", build_graph, model, inputs)
+    classification = _stage("graph", "classifying the graph", classify, graph)
+    chains = _stage("graph", "finding epilogue chains", epilogue_chains, graph)
+    target = job.roofline_device or job.device
+    peaks = _stage("roofline", "reading device peaks", lambda: device_peaks(target, measure=job.measure_peaks))
+    line = _stage("roofline", "the roofline", lambda: roofline(graph, peaks))
+    report = None
+    if job.profile:
+        report = _stage("profile", "profiling", lambda: profile_reference(model, inputs, dev, job.warmup, job.iters))
+    return TaskAnalysis(
+        task_id=job.task_id, device=str(dev), size=job.size, torch_version=torch.__version__,
+        device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        graph=summarize(graph), classification=classification, chains=chains, roofline=line,
+        roofline_local=job.roofline_device is None or job.roofline_device == job.device,
+        profile=report, full_graph=graph if job.full_graph else None, seconds=time.monotonic() - start)

@@ -1,0 +1,60 @@
+"""The interaction regimes: hold the model fixed, vary the information and control flow around it.
+
+REGIMES maps a name to "module:function" (imported lazily). `run_regime` runs one regime on one
+task and returns the Cell: every attempt it generated, and the one the ranking key selected.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from typing import Any, Callable, Optional
+
+from kernelwright.evaluate import EvalConfig
+from kernelwright.llm.base import Backend
+from kernelwright.records import Attempt, Cell, Task, Verdict
+from kernelwright.strategies import selection
+from kernelwright.strategies.base import ProgressFn, RunContext
+from kernelwright.strategies.config import RegimeConfig, RegimeError, parse_regime
+
+REGIMES: dict[str, str] = {
+    "zero_shot": "kernelwright.strategies.zero_shot:run",
+    "guided": "kernelwright.strategies.guided:run",
+    "iterative": "kernelwright.strategies.iterative:run",
+    "agentic": "kernelwright.strategies.agentic:run",
+    "routed": "kernelwright.strategies.routed:run",
+}
+
+__all__ = ["REGIMES", "RegimeConfig", "RegimeError", "parse_regime", "run_regime", "load_regime"]
+
+
+def load_regime(name: str) -> Callable[[RunContext], None]:
+    module, _, fn = REGIMES[name].partition(":")
+    return getattr(importlib.import_module(module), fn)
+
+
+def run_regime(task: Task, backend: Backend, config: RegimeConfig, eval_config: EvalConfig, *,
+               sink: Callable[[Attempt], None] = lambda a: None, progress: ProgressFn = lambda e: None,
+               analysis_provider: Optional[Callable[[Task], Any]] = None, config_hash: Optional[str] = None) -> Cell:
+    chash = config_hash or config.config_hash(backend.model, {"device": eval_config.device})
+    key = f"{chash}/{config.spec}/{task.id}"
+    ctx = RunContext(task=task, backend=backend, config=config, eval_config=eval_config, cell_key=key,
+                     sink=sink, progress=progress, analysis_provider=analysis_provider)
+    started = time.monotonic()
+    load_regime(config.name)(ctx)
+    best = selection.select(ctx.attempts)
+    route = ctx.notes.get("route")
+    return Cell(
+        key=key, task_id=task.id, regime=config.spec, config_hash=chash,
+        attempt_ids=[a.id for a in ctx.attempts],
+        selected=best.id if best else None,
+        reason=selection.reason(best, len(ctx.attempts)),
+        verdict=best.eval.verdict if best else Verdict.NO_CODE,
+        speedup=best.eval.speedup if best else None,
+        faster=bool(best and best.eval.faster),
+        custom_kernel=bool(best and best.eval.custom_kernel),
+        route=f"{route['regime']}: {route['reason']}" if route else None,
+        turns=1 + max((a.turn for a in ctx.attempts), default=0),
+        wall_s=round(time.monotonic() - started, 2),
+        usage=ctx.usage,
+    )

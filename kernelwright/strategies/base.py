@@ -1,0 +1,176 @@
+"""The state every regime works on, and the candidate pipeline they all share.
+
+generate (Backend) -> extract code -> grounding lint + repairs -> evaluate (sandbox) -> Attempt
+
+Regimes are small compositions of `ctx.ask(...)` (a role's text answer) and
+`ctx.candidates(...)` (n programs, each extracted, grounded, evaluated and logged).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from kernelwright import prompts
+from kernelwright.evaluate import EvalConfig, evaluate
+from kernelwright.extract import extract_code
+from kernelwright.llm.base import Backend, ChatMessage, Completion, GenerationRequest
+from kernelwright.records import Attempt, EvalResult, Stage, Task, Usage, Verdict, sha256_text
+from kernelwright.strategies.config import RegimeConfig
+
+if TYPE_CHECKING:
+    from kernelwright.strategies.facts import PromptFacts
+
+log = logging.getLogger(__name__)
+
+TARGET_NAMES = {"cuda": "CUDA", "triton": "Triton", "cpp": "C++ (CPU)"}
+
+ProgressFn = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class RunContext:
+    task: Task
+    backend: Backend
+    config: RegimeConfig
+    eval_config: EvalConfig
+    cell_key: str
+    sink: Callable[[Attempt], None] = lambda a: None  # called once per attempt, as it finishes
+    progress: ProgressFn = lambda event: None
+    attempts: list[Attempt] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    notes: dict[str, Any] = field(default_factory=dict)  # regime-level facts for the cell (route, ...)
+    # Task -> TaskAnalysis. Injected so a study computes it once per task and a replayed test
+    # uses the recorded one (profiler times differ run to run, and they appear in prompts).
+    analysis_provider: Optional[Callable[[Task], Any]] = None
+    _analysis: Any = None
+
+    def analysis(self) -> "PromptFacts":
+        if self._analysis is None:
+            from kernelwright.strategies.facts import PromptFacts, analyze_for_prompts
+
+            provider = self.analysis_provider or (lambda t: analyze_for_prompts(t, self.eval_config.device))
+            got = provider(self.task)
+            self._analysis = got if isinstance(got, PromptFacts) else PromptFacts.from_analysis(got)
+        return self._analysis
+
+    # -- prompts -------------------------------------------------------------------------------
+
+    @property
+    def target(self) -> str:
+        return self.config.target
+
+    def system(self) -> str:
+        return prompts.render("system", ambition=self.config.has("ambition"))
+
+    def task_vars(self) -> dict[str, Any]:
+        return {"task_source": self.task.source.strip(), "target": self.target,
+                "target_name": TARGET_NAMES[self.target], "ambition": self.config.has("ambition")}
+
+    def messages(self, user: str) -> tuple[ChatMessage, ...]:
+        return (ChatMessage(role="system", content=self.system()), ChatMessage(role="user", content=user))
+
+    # -- model calls ---------------------------------------------------------------------------
+
+    def _request(self, messages: tuple[ChatMessage, ...], n: int, temperature: float, max_tokens: int,
+                 seed: int) -> GenerationRequest:
+        c = self.config
+        return GenerationRequest(messages=messages, n=n, temperature=temperature, top_p=c.top_p, top_k=c.top_k,
+                                 repeat_penalty=c.repeat_penalty, max_tokens=max_tokens, seed=seed)
+
+    def _generate(self, request: GenerationRequest) -> list[Completion]:
+        started = time.monotonic()
+        [completions] = self.backend.generate([request])
+        for comp in completions:
+            self.usage.prompt_tokens += comp.prompt_tokens
+            self.usage.completion_tokens += comp.completion_tokens
+        self.usage.latency_s += time.monotonic() - started
+        return completions
+
+    def ask(self, role: str, user: str, turn: int, temperature: float = 0.0) -> str:
+        """One text answer from a non-generating role (analyzer, researcher, feedback analyzer)."""
+        self.progress({"event": "role", "role": role, "turn": turn})
+        request = self._request(self.messages(user), 1, temperature, self.config.role_max_tokens,
+                                self.config.seed + 1000 * turn + 7)
+        text = self._generate(request)[0].text
+        self.notes.setdefault("roles", []).append({"role": role, "turn": turn, "prompt": user, "answer": text})
+        return text
+
+    def candidates(self, user: str, turn: int, n: int, temperature: float,
+                   notes: Optional[dict[str, Any]] = None) -> list[Attempt]:
+        """n programs for one prompt: generated in one batched request, then each extracted,
+        grounded and evaluated; every one is logged, whatever happens to it."""
+        messages = self.messages(user)
+        request = self._request(messages, n, temperature, self.config.max_tokens, self.config.seed + 1000 * turn)
+        self.progress({"event": "generate", "turn": turn, "n": n})
+        started = time.monotonic()
+        completions = self._generate(request)
+        gen_s = (time.monotonic() - started) / max(1, len(completions))
+        prepared = [self._prepare(c) for c in completions]
+        # Evaluate the repaired program where grounding changed something, else the extracted one.
+        results = self._evaluate_all([g.code if g is not None else code for code, g in prepared], turn)
+        out = []
+        for i, (comp, (code, grounding), result) in enumerate(zip(completions, prepared, results)):
+            attempt = self._attempt(messages, comp, code, grounding, result, turn, i, gen_s, notes)
+            self.attempts.append(attempt)
+            self.sink(attempt)
+            self.progress({"event": "verdict", "turn": turn, "sample": i, "n": n, "verdict": result.verdict.value,
+                           "speedup": result.speedup, "custom": result.custom_kernel})
+            out.append(attempt)
+        return out
+
+    # -- the pipeline ----------------------------------------------------------------------------
+
+    def _prepare(self, comp: Completion) -> tuple[Optional[str], Any]:
+        code = extract_code(comp.text)
+        if code is None or self.config.has("no_grounding"):
+            return code, None
+        from kernelwright.evaluate.grounding import ground
+
+        return code, ground(code, self.target)
+
+    def _evaluate_all(self, codes: list[Optional[str]], turn: int) -> list[EvalResult]:
+        def one(job: tuple[int, Optional[str]]) -> EvalResult:
+            i, code = job
+            self.progress({"event": "evaluate", "turn": turn, "sample": i, "n": len(codes)})
+            if code is None:
+                return EvalResult(verdict=Verdict.NO_CODE, error="no Python code in the answer", task_id=self.task.id,
+                                  stages=[Stage(name="extract", seconds=0.0, ok=False)])
+            return evaluate(self.task, code, replace(self.eval_config))
+
+        workers = max(1, min(self.config.eval_workers, len(codes)))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(one, enumerate(codes)))
+
+    def _attempt(self, messages: tuple[ChatMessage, ...], comp: Completion, code: Optional[str], grounding: Any,
+                 result: EvalResult, turn: int, sample: int, gen_s: float,
+                 notes: Optional[dict[str, Any]]) -> Attempt:
+        repaired = grounding.code if grounding is not None and grounding.changed else None
+        evaluated = repaired or code
+        msgs = [m.model_dump() for m in messages]
+        return Attempt(
+            id=f"{self.cell_key}/t{turn}/s{sample}",
+            task_id=self.task.id,
+            regime=self.config.spec,
+            turn=turn,
+            sample=sample,
+            prompt_hash=hashlib.sha256(json.dumps(msgs, sort_keys=True).encode()).hexdigest()[:16],
+            messages=msgs,
+            raw_response=comp.text,
+            finish_reason=comp.finish_reason,
+            code=code,
+            repaired_code=repaired,
+            code_hash=sha256_text(evaluated) if evaluated else None,
+            repairs=[r.model_dump() for r in grounding.repairs] if grounding is not None else [],
+            grounding_findings=list(grounding.findings) if grounding is not None else [],
+            eval=result,
+            usage=Usage(prompt_tokens=comp.prompt_tokens, completion_tokens=comp.completion_tokens,
+                        latency_s=comp.latency_s),
+            wall_s=round(gen_s + sum(s.seconds for s in result.stages), 3),
+            notes=dict(notes or {}),
+        )

@@ -1,0 +1,79 @@
+"""What a regime is asked to do: one typed config, parsed from a spec like `agentic+no_retrieval+n=2`.
+
+All regimes share the model, the base prompt, the decoding budget (max_tokens) and the evaluator;
+they differ only in information and control flow. The config hash keys study cells, so a record
+produced under another configuration is never reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+REGIME_NAMES = ("zero_shot", "guided", "iterative", "agentic", "routed")
+ABLATIONS = ("no_analyzer", "no_retrieval", "no_feedback_analyzer", "single_turn", "ambition", "no_grounding")
+
+
+class RegimeError(ValueError):
+    """A regime spec that cannot be parsed; the message is one line."""
+
+
+class RegimeConfig(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    ablations: tuple[str, ...] = ()
+    n: Optional[int] = None  # samples per generation step; None: the regime's default
+    turns: Optional[int] = None  # None: the regime's default (iterative 3, agentic 3)
+    temperature: Optional[float] = None  # None: the regime's default (greedy for single-shot regimes)
+    top_p: float = 0.8
+    top_k: int = 20
+    repeat_penalty: float = 1.05
+    max_tokens: int = 1024  # the one decoding budget for every generated program
+    role_max_tokens: int = 384  # analyzer, researcher and feedback roles
+    seed: int = 0
+    early_stop: bool = True  # stop once a turn yields a correct custom kernel faster beyond noise
+    target: str = "cpp"  # cuda | triton | cpp
+    eval_workers: int = 1  # candidates evaluated at once (timing on one device stays serial in the pool)
+
+    def has(self, ablation: str) -> bool:
+        return ablation in self.ablations
+
+    @property
+    def spec(self) -> str:
+        parts = [self.name, *self.ablations]
+        if self.n is not None:
+            parts.append(f"n={self.n}")
+        if self.turns is not None:
+            parts.append(f"turns={self.turns}")
+        return "+".join(parts)
+
+    def config_hash(self, model: str, extra: Optional[dict] = None) -> str:
+        payload = {"regime": self.model_dump(mode="json"), "model": model, **(extra or {})}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def parse_regime(spec: str, **defaults: object) -> RegimeConfig:
+    """`agentic`, `agentic+no_retrieval`, `agentic+n=8+single_turn`, `iterative+turns=5`."""
+    name, *mods = [p.strip() for p in spec.strip().split("+") if p.strip()] or [""]
+    if name not in REGIME_NAMES:
+        raise RegimeError(f"unknown regime {name!r}: choose from {', '.join(REGIME_NAMES)}")
+    fields: dict[str, object] = dict(defaults)
+    ablations: list[str] = []
+    for mod in mods:
+        key, eq, value = mod.partition("=")
+        if eq:
+            if key not in ("n", "turns", "temperature", "seed", "max_tokens"):
+                raise RegimeError(f"unknown regime setting {key!r} in {spec!r}")
+            try:
+                fields[key] = float(value) if key == "temperature" else int(value)
+            except ValueError:
+                raise RegimeError(f"{key} needs a number in {spec!r}") from None
+        elif mod in ABLATIONS:
+            ablations.append(mod)
+        else:
+            raise RegimeError(f"unknown ablation {mod!r}: choose from {', '.join(ABLATIONS)}")
+    return RegimeConfig(name=name, ablations=tuple(ablations), **fields)  # type: ignore[arg-type]

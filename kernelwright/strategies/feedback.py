@@ -1,0 +1,56 @@
+"""The distilled evaluator report fed back to the model: verdict, first relevant error lines,
+mismatch statistics, timing, and what grounding repaired or could not repair."""
+
+from __future__ import annotations
+
+from kernelwright import prompts
+from kernelwright.records import Attempt, Verdict
+
+MEANINGS = {
+    Verdict.CORRECT: "custom code ran and the outputs match",
+    Verdict.NO_CUSTOM_KERNEL: "the outputs match, but no custom compiled code ran in forward",
+    Verdict.WRONG_OUTPUT: "it ran, but the outputs differ from the reference",
+    Verdict.SHAPE_MISMATCH: "the output shape differs from the reference",
+    Verdict.COMPILE_ERROR: "the custom code did not compile",
+    Verdict.HALLUCINATED_API: "it uses an API, keyword, header or function that does not exist",
+    Verdict.RUNTIME_ERROR: "it raised an error while running",
+    Verdict.TIMEOUT: "it did not finish in time",
+    Verdict.CRASH: "the process died",
+    Verdict.CHEAT: "it was caught gaming the check or the timer",
+    Verdict.STATIC_VIOLATION: "it breaks a rule of the evaluator",
+    Verdict.SYNTAX_ERROR: "it is not valid Python",
+    Verdict.NO_CODE: "the answer held no python code block",
+}
+
+
+def report(a: Attempt) -> str:
+    r = a.eval
+    mismatch = None
+    if r.mismatch is not None:
+        m = r.mismatch
+        parts = []
+        if m.max_abs_diff is not None:
+            parts.append(f"max abs diff {m.max_abs_diff:.3g}, mean abs diff {m.mean_abs_diff:.3g}")
+        if m.mismatch_fraction is not None:
+            parts.append(f"{100 * m.mismatch_fraction:.1f}% of elements outside tolerance")
+        if m.nonfinite_in_candidate:
+            parts.append(f"{m.nonfinite_in_candidate} NaN/Inf values")
+        mismatch = "; ".join(parts) or m.detail
+    timing = None
+    if r.runtime_ms is not None and r.ref_runtime_ms is not None and r.speedup is not None:
+        timing = (f"{r.runtime_ms:.4g} ms vs reference {r.ref_runtime_ms:.4g} ms, speedup {r.speedup:.3g}x "
+                  f"({'faster beyond noise' if r.faster else 'not faster beyond noise'})")
+    return prompts.render(
+        "feedback_report",
+        verdict=r.verdict.value,
+        verdict_meaning=MEANINGS.get(r.verdict, ""),
+        repairs=[x.get("message", "") for x in a.repairs],
+        findings=[f.message for f in a.grounding_findings if f.severity == "error"],
+        error=(r.error or "").strip()[:1500] or None,
+        mismatch=mismatch,
+        timing=timing,
+    )
+
+
+def best_code(a: Attempt) -> str:
+    return (a.repaired_code or a.code or "").strip()

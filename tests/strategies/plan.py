@@ -1,0 +1,34 @@
+"""What the recorded regime transcripts cover, shared by the recorder and the replay tests.
+
+The transcripts in tests/fixtures/transcripts/ were recorded from the real embedded model
+(Qwen2.5-Coder-1.5B-Instruct Q4_K_M, llama.cpp on the 2-core CPU) with `python -m
+tests.strategies.record`. A replay only matches if every prompt is byte-identical, so the test
+evaluates without timing (timings differ between runs and would appear in feedback prompts).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernelwright.evaluate import EvalConfig
+from kernelwright.strategies import RegimeConfig, parse_regime
+
+TRANSCRIPTS = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts"
+FACTS = TRANSCRIPTS / "facts"
+MODEL = "qwen2.5-coder-1.5b"
+
+# One task per level: a single operator, a library op with an epilogue, a small network.
+TASKS = ["builtin/L1/03_softmax", "builtin/L2/01_linear_gelu_scale", "builtin/L3/01_mlp_block"]
+REGIMES = ["zero_shot", "guided", "iterative+turns=2", "agentic+n=2+turns=2", "routed+n=2+turns=2"]
+
+
+def regime_config(spec: str) -> RegimeConfig:
+    return parse_regime(spec, target="cpp", max_tokens=768, seed=0)
+
+
+def eval_config(cache_dir: str | None = None) -> EvalConfig:
+    return EvalConfig(device="cpu", trials=3, time=False, timeout=300.0, cache_dir=cache_dir)
+
+
+def transcript(spec: str) -> Path:
+    return TRANSCRIPTS / (spec.split("+")[0] + ".jsonl")

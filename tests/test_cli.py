@@ -1,0 +1,59 @@
+"""The command line as a user meets it: real subprocesses, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import CANDIDATES, TASKS
+
+CPU = CANDIDATES / "cpu"
+
+
+def kw(*args: str, env_cache=None) -> subprocess.CompletedProcess:
+    env = None
+    if env_cache is not None:
+        import os
+
+        env = {**os.environ, "KERNELWRIGHT_CACHE": str(env_cache)}
+    return subprocess.run([sys.executable, "-m", "kernelwright.cli", *args], capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["eval", "--task", str(TASKS / "bias_relu.py"), "--candidate", "/nonexistent/cand.py"], "candidate file not found"),
+    (["eval", "--task", "/nonexistent/task.py", "--candidate", str(CPU / "torch_only.py")], "/nonexistent/task.py"),
+    (["eval", "--task", str(TASKS / "no_model.py"), "--candidate", str(CPU / "torch_only.py")], "Model"),
+    (["eval", "--task", str(TASKS / "bias_relu.py"), "--candidate", str(CPU / "torch_only.py"), "--device", "tpu"], "unknown device"),
+    (["eval", "--task", "builtin/L9/99_nothing", "--candidate", str(CPU / "torch_only.py")], "builtin"),
+    (["tasks", "kernelbench:/nonexistent"], "KernelBench"),
+    (["run", "--regime", "telepathy", "--task", "softmax"], "unknown regime"),
+])
+def test_bad_input_is_one_line_and_nonzero(args, needle):
+    p = kw(*args)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    lines = [line for line in p.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0], p.stderr
+
+
+def test_eval_json_prints_exactly_the_record(build_cache):
+    p = kw("eval", "--task", str(TASKS / "bias_relu.py"), "--candidate", str(CPU / "torch_only.py"), "--json",
+           "--iters", "5", "--trials", "2", env_cache=build_cache)
+    assert p.returncode == 0, p.stderr
+    record = json.loads(p.stdout)
+    for key in ("verdict", "compiled", "correct", "custom_kernel", "speedup", "runtime_ms", "ref_runtime_ms", "error", "stages"):
+        assert key in record
+    assert record["verdict"] == "no_custom_kernel" and record["speedup"] is not None
+
+
+def test_a_failing_candidate_still_exits_zero(build_cache):
+    p = kw("eval", "--task", str(TASKS / "bias_relu.py"), "--candidate", str(CPU / "no_code.txt"), env_cache=build_cache)
+    assert p.returncode == 0 and "no_code" in p.stdout
+
+
+def test_tasks_lists_the_builtin_suite():
+    p = kw("tasks", "builtin")
+    assert p.returncode == 0 and "builtin/L1/03_softmax" in p.stdout and "34 task(s)" in p.stdout
