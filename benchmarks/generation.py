@@ -158,7 +158,8 @@ def main() -> None:
         logging.info("benchmarking %s ...", spec)
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            logging.error("%s failed: %s", spec, (proc.stderr.strip().splitlines() or ["?"])[-1])
+            why = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode} (negative: killed by a signal)"]
+            logging.error("%s failed: %s", spec, why[-1])
             continue
         rows += [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     table = markdown(rows)

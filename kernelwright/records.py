@@ -85,7 +85,9 @@ class Finding(BaseModel):
     """One static-rule or grounding observation about a candidate's source."""
 
     rule: str
-    severity: str  # "strict" (decides the verdict) or "warning" (recorded only)
+    # static rules: "strict" (decides the verdict) or "warning" (recorded only);
+    # grounding: "error" (left unrepaired, will fail) or "warning"
+    severity: str
     message: str
     line: Optional[int] = None
 
@@ -146,6 +148,7 @@ class EvalResult(BaseModel):
     timing: Optional[TimingStats] = None
     ref_timing: Optional[TimingStats] = None
     custom_calls: dict[str, int] = Field(default_factory=dict)  # compiled entry point -> calls seen
+    builds: list[dict[str, Any]] = Field(default_factory=list)  # each load_inline/load call: name, seconds, ok
     findings: list[Finding] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)  # for review: e.g. speedup_above_10x
     cheat_reasons: list[str] = Field(default_factory=list)

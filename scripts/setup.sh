@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
 # Set up kernelwright in ./.venv on a fresh machine.
-#   scripts/setup.sh          the tool itself (CPU build of torch 2.13.0 when no torch is given)
-#   scripts/setup.sh test     plus what the tests need
+#   scripts/setup.sh          the tool itself (the CPU build of torch 2.13.0 unless TORCH_SPEC says otherwise)
+#   scripts/setup.sh local    plus the embedded model's runtime (llama.cpp, built portable: ~7 min on 2 cores)
+#   scripts/setup.sh test     everything the tests use (local + openai + hf extras, CUDA library headers)
 # TORCH_SPEC overrides the torch requirement, e.g. TORCH_SPEC=torch==2.14.1 for the CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-run}"
-python3 -m venv .venv
+[ -x .venv/bin/python ] || python3 -m venv .venv
 . .venv/bin/activate
 pip install -q --upgrade pip >/dev/null 2>&1 || true
 # torch first, pinned, so that resolving the project's own "torch>=2.4" pulls nothing bigger.
 pip install -q "${TORCH_SPEC:-torch==2.13.0}"
-if [ "$what" = "test" ]; then
-  pip install -q -e '.[test]'
-else
-  pip install -q -e .
+if [ "$what" = "local" ] || [ "$what" = "test" ]; then
+  if ! python -c 'import llama_cpp, uvicorn' >/dev/null 2>&1; then
+    # Portable build: the native one uses AMX instructions that some virtual CPUs advertise but
+    # fault on (SIGILL); --no-cache-dir so pip never reuses a native build cached earlier.
+    CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install -q --no-cache-dir 'llama-cpp-python[server]>=0.3'
+  fi
 fi
+case "$what" in
+  test)  pip install -q -e '.[test,local,openai,hf]' ;;
+  local) pip install -q -e '.[local]' ;;
+  *)     pip install -q -e . ;;
+esac
 echo "kernelwright is set up in .venv ($(python -c 'import torch; print("torch", torch.__version__)'))"

@@ -71,8 +71,20 @@ class _Recorder(TorchDispatchMode):
         self._known: dict[int, tuple[str, Source, Role | None]] = {}
         self._weak: dict[int, weakref.ref] = {}
         self._counts: Counter[str] = Counter()
+        self._taken: set[str] = set()
+
+    def _fresh_name(self, target: str) -> str:
+        # fx-style names (add, add_1, ...), never equal to an input's or parameter's name
+        while True:
+            count = self._counts[target]
+            self._counts[target] += 1
+            name = target if count == 0 else f"{target}_{count}"
+            if name not in self._taken:
+                self._taken.add(name)
+                return name
 
     def remember(self, t: torch.Tensor, name: str, source: Source, role: Role | None) -> None:
+        self._taken.add(name)
         key = id(t)
         self._known[key] = (name, source, role)
         self._weak[key] = weakref.ref(t, lambda _ref, k=key: self._forget(k))
@@ -112,9 +124,7 @@ class _Recorder(TorchDispatchMode):
                     scalars[path] = jsonable(leaf)
         inplace = schema.is_mutable or base.endswith("_")
         role = decide_role(target, kind, inputs, result, first_tensor, inplace)
-        self._counts[target] += 1
-        count = self._counts[target]
-        name = target if count == 1 else f"{target}_{count - 1}"
+        name = self._fresh_name(target)
         self.nodes.append(OpNode(name=name, target=target, kind=kind, role=role, raw=str(func), inputs=inputs,
                                  outputs=[meta_of(t) for t in tensors_in(result)], scalars=scalars, flops=flops))
         for t in tensors_in(result):

@@ -10,6 +10,12 @@ chain (or L), and every other value it reads does not itself depend on L except 
 (otherwise it would need another library call in the middle). Fan-out inside the chain is allowed,
 so RMSNorm written out (``x * rsqrt(mean(x**2))``) stays one chain. Chains of different anchors
 may share nodes (``w_a * expert_a(x) + w_b * expert_b(x)``): each is a candidate, not a partition.
+
+``difficulty`` ranks how hard a correct *and faster* kernel is; only the order is meant. A single
+elementwise op is 0.1, a reduction 0.25, a norm 0.3, a single GEMM/conv 0.5 (beating cuBLAS/cuDNN
+is the hard part); fusible chains 0.2 + 0.03 per op; a library op with an epilogue 0.45 + 0.04 per
+epilogue op, + 0.1 when the epilogue reduces (a tile needs whole rows); networks 0.65 + 0.05 per
+library op. fp16/bf16 and graphs fx could not trace add 0.05 each.
 """
 
 from __future__ import annotations
@@ -103,6 +109,7 @@ def _grow(idx: _Index, a: int) -> EpilogueChain | None:
         anchor=anchor.name, anchor_target=anchor.target, main=anchor.output,
         nodes=[idx.nodes[j].name for j in region], targets=[idx.nodes[j].target for j in compute],
         inputs=inputs, outputs=[idx.nodes[j].name for j in leaving], output=last.output,
+        anchor_leaves=a in idx.outputs or bool(idx.users[a] - inside),
         has_reduction=any(idx.nodes[j].kind in (OpKind.REDUCTION, OpKind.NORMALIZATION) for j in compute))
 
 

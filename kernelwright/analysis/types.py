@@ -161,6 +161,7 @@ class EpilogueChain(BaseModel):
     targets: list[str]  # canonical ops of the non-view chain nodes, in order
     inputs: list[ChainInput] = Field(default_factory=list)
     outputs: list[str] = Field(default_factory=list)  # chain nodes whose values leave the chain
+    anchor_leaves: bool = False  # the library op's own output is read outside the chain too
     output: Optional[TensorMeta] = None  # the (last) value leaving the chain
     has_reduction: bool = False  # a reduction/normalization needs a whole row/group per tile
 

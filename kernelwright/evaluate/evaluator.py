@@ -207,7 +207,6 @@ def _assemble(task: Task, code_hash: str, cfg: EvalConfig, out: sandbox.SandboxO
     if verdict_name == "reference_error":
         raise EvaluatorError(f"task {task.id}: the reference itself fails: {final.get('error')}")
     fields = dict(final.get("fields") or {})
-    fields.pop("builds", None)
     result = EvalResult(verdict=Verdict(verdict_name), error=strip_paths(final.get("error")), **base, **{
         k: v for k, v in fields.items() if k in EvalResult.model_fields})
     result.correct = result.verdict in (Verdict.CORRECT, Verdict.NO_CUSTOM_KERNEL)

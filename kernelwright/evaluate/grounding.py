@@ -4,8 +4,9 @@ and apply deterministic repairs.
 Small models fail mostly on grounding: they call `relu()` in device code, pass `sources=` to
 load_inline, include files that do not exist, swap the C++ and CUDA sources, bind `__global__`
 kernels, call `torch.cuda.jit.script`, leave demo code that crashes at import. Every rule below
-checks one such thing against the installed torch, CUDA toolkit and compiler (never against a list
-of what the API "usually" is), repairs it when exactly one repair is right, and otherwise says
+checks one such thing against the installed torch, CUDA toolkit and compiler wherever they can answer
+(the exceptions are two tables: the device functions CUDA lacks, and a bundled Triton name list used
+only when triton is not installed), repairs it when exactly one repair is right, and otherwise says
 precisely what is wrong. Repairs are text edits of the candidate's own source: `original` and `code`
 are both kept, and every change has its `Repair` entry.
 
@@ -78,7 +79,7 @@ RULES: dict[str, GroundingRule] = {r.name: r for r in (
                   "cpp_sources, where torch's generated bindings are compiled"),
     GroundingRule("extension_calls", 8, "repair", "ext.f(...) must name an exported function (one mismatch with one "
                   "export is renamed); a bare call of an unbound name one extension exports becomes ext.f(...); "
-                  ".data_ptr() passed where C++ takes a tensor is reported"),
+                  "argument counts against the C++ signature and .data_ptr() passed for a tensor are reported"),
     GroundingRule("load_inline_misuse", 1, "check", "load_inline as a decorator, file names or non-code as sources, "
                   "builds inside functions"),
     GroundingRule("python_api", 7, "check", "torch.* / triton.* / tl.* attribute chains and imports that do not "
@@ -101,6 +102,7 @@ PASSES: tuple[tuple[str, Callable[[Pass], None]], ...] = (
     ("device_functions", src.rule_device_functions),
     ("exported_functions", src.rule_exported),
     ("extension_calls", py.rule_extension_calls),
+    ("extension_calls", py.rule_extension_arguments),
     ("load_inline_misuse", ext.rule_misuse),
     ("python_api", py.rule_python_api),
     ("undefined_names", py.rule_undefined_names),

@@ -79,18 +79,37 @@ def call_items(code: Code, call: ast.Call) -> list[Item]:
     return [item for _, item in sorted(nodes, key=lambda t: t[0])]
 
 
+def insert_keyword(items: list[Item], item: Item) -> None:
+    """Add a keyword argument after every positional one (Python allows no positional after a keyword)."""
+    last_positional = max((i for i, it in enumerate(items) if it.key is None), default=-1)
+    at = last_positional + 1
+    if at == 0 and items and items[0].key == "name":
+        at = 1
+    items.insert(at, item)
+
+
+def _layout(code: Code, call: ast.Call) -> tuple[int, int, str]:
+    """Where the call's arguments start and end, and the separator its layout uses (one per line or not)."""
+    spans = sorted([code.span(a) for a in call.args] + [code.span(k) for k in call.keywords])
+    if not spans:
+        end = code.span(call)[1] - 1
+        return end, end, ", "
+    start, end = spans[0][0], max(e for _, e in spans)
+    gap = code.text[spans[0][1]:spans[1][0]] if len(spans) > 1 else code.text[code.span(call.func)[1]:start]
+    return start, end, ",\n" + gap.rsplit("\n", 1)[1] if "\n" in gap else ", "
+
+
 def rebuild(code: Code, call: ast.Call, items: list[Item]) -> Edit:
     """Replace the call's argument list, keeping its one-per-line layout when it had one."""
-    spans = [code.span(a) for a in call.args] + [code.span(k) for k in call.keywords]
-    if spans:
-        start, end = min(s for s, _ in spans), max(e for _, e in spans)
-        ordered = sorted(spans)
-        gap = code.text[ordered[0][1]:ordered[1][0]] if len(ordered) > 1 else code.text[code.span(call.func)[1]:start]
-    else:
-        start = end = code.span(call)[1] - 1
-        gap = ""
-    sep = ",\n" + gap.rsplit("\n", 1)[1] if "\n" in gap else ", "
+    start, end, sep = _layout(code, call)
     return Edit(start, end, sep.join(item.render() for item in items))
+
+
+def append_keyword(code: Code, call: ast.Call, item: Item) -> Edit:
+    """Insert one keyword argument after the last argument, touching nothing else (so other edits of
+    the same pass, inside the arguments, still apply)."""
+    start, end, sep = _layout(code, call)
+    return Edit(end, end, (sep if call.args or call.keywords else "") + item.render())
 
 
 def sources(p: Pass, call: InlineCall, key: str) -> Optional[list[Resolved]]:

@@ -87,6 +87,19 @@ def mask(src: str, comments: bool = True, strings: bool = True, preprocessor: bo
     return "".join(out)
 
 
+def balanced(src: str) -> bool:
+    """Brackets pair up outside comments and literals; a source that fails this (cut off, or with a
+    stray brace) is not read for its functions: every conclusion from it would be a guess."""
+    stack: list[str] = []
+    pairs = {")": "(", "]": "[", "}": "{"}
+    for ch in mask(src):
+        if ch in "([{":
+            stack.append(ch)
+        elif ch in pairs and (not stack or stack.pop() != pairs[ch]):
+            return False
+    return not stack
+
+
 def match_close(masked: str, open_at: int) -> Optional[int]:
     """Index of the bracket closing the one at `open_at` (masked text: nothing hides in literals)."""
     pairs = {"(": ")", "[": "]", "{": "}"}
@@ -323,7 +336,3 @@ def defines_name(sources: list[str], name: str) -> bool:
             if prev and prev.group(1) not in CONTROL_WORDS:
                 return True  # `float relu(` inside a struct or a nested declaration
     return False
-
-
-def line_at(text: str, offset: int) -> int:
-    return text.count("\n", 0, offset)

@@ -179,7 +179,7 @@ def similar_header(header: str, dirs: tuple[str, ...]) -> Optional[str]:
     return f"{folder}/{close[0]}" if close and folder else (close[0] if close else None)
 
 
-def folder_headers(header: str, dirs: tuple[str, ...], limit: int = 12) -> list[str]:
+def folder_headers(header: str, dirs: tuple[str, ...]) -> list[str]:
     """The headers that do exist in the folder a missing header was looked for in."""
     folder = os.path.dirname(header)
     if not folder:
@@ -189,7 +189,7 @@ def folder_headers(header: str, dirs: tuple[str, ...], limit: int = 12) -> list[
         path = os.path.join(d, folder)
         if os.path.isdir(path):
             names |= {n for n in os.listdir(path) if n.endswith((".h", ".hpp", ".cuh"))}
-    return sorted(names)[:limit]
+    return sorted(names)
 
 
 # --- Python attributes --------------------------------------------------------------------------

@@ -8,13 +8,15 @@ list, keeping its layout; anything ambiguous is reported, not guessed.
 from __future__ import annotations
 
 import ast
+import difflib
 import keyword
 import re
 from typing import Optional
 
 from kernelwright.evaluate import grounding_env as env
 from kernelwright.evaluate.grounding_calls import (
-    CODE_LIKE, SOURCE_KEYS, InlineCall, Item, call_items, functions_arg, inline_calls, looks_like_code, rebuild,
+    CODE_LIKE, SOURCE_KEYS, InlineCall, Item, call_items, functions_arg, inline_calls, insert_keyword,
+    looks_like_code, rebuild,
     sources,
 )
 from kernelwright.evaluate.grounding_cxx import is_cuda
@@ -87,7 +89,13 @@ def _fix_items(p: Pass, call: InlineCall, items: list[Item]) -> Optional[list[It
             out.append(Item(target, item.text, item.node))
             p.repaired(rule, f"load_inline has no `{item.key}=` (torch {version}); renamed to `{target}=`", at)
             changed = True
-        elif value is not None and looks_like_code(p, value):
+        elif _typo_of(item.key, params):
+            fixed = _typo_of(item.key, params)
+            out.append(Item(fixed, item.text, item.node))
+            p.repaired(rule, f"load_inline has no `{item.key}=` (torch {version}); `{fixed}=` is the parameter "
+                       "of that spelling", at)
+            changed = True
+        elif value is not None and _holds_code(p, value):
             p.problem(rule, f"load_inline has no `{item.key}=` (torch {version}); pass the code as cpp_sources= "
                       "(C++ declarations) or cuda_sources= (CUDA)", at)
             out.append(item)
@@ -104,6 +112,18 @@ def _fix_items(p: Pass, call: InlineCall, items: list[Item]) -> Optional[list[It
     if changed or named or listed:
         return out
     return None
+
+
+def _typo_of(key: str, params: tuple[str, ...]) -> Optional[str]:
+    """The one real parameter `key` is a misspelling of (`cp_sources`, `functons`), if exactly one."""
+    close = difflib.get_close_matches(key, params, n=2, cutoff=0.85)
+    return close[0] if len(close) == 1 else None
+
+
+def _holds_code(p: Pass, value: ast.expr) -> bool:
+    """Strings that look like any C++ at all: a keyword holding them is never dropped silently."""
+    res = p.resolver.sources(value)
+    return bool(res) and any(CODE_LIKE.search(r.text) for r in res)
 
 
 def _positional_sources(p: Pass, call: InlineCall, items: list[Item]) -> Optional[list[Item]]:
@@ -296,7 +316,7 @@ def rule_placement(p: Pass) -> None:
                       "CUDA (__global__, threadIdx, <<<...>>>); put kernels and their launchers in cuda_sources and "
                       "only declarations (prototypes) of the exported host functions in cpp_sources", at)
         elif has_cuda and "cpp_sources" not in call.bound and "cpp_sources" not in by_key:
-            items.insert(1 if items and items[0].key == "name" else 0, Item("cpp_sources", '""'))
+            insert_keyword(items, Item("cpp_sources", '""'))
             p.edits.append(rebuild(p.code, call.node, items))
             p.repaired("source_placement", "load_inline requires cpp_sources; added an empty one (prototypes of the "
                        "exported functions are added to it next)", at)

@@ -2,7 +2,7 @@
 
 Each function here looks at one source text and returns `Fix`es (offsets into that text, the new text
 and a message) or `Problem`s (what it could not fix, said so the model can fix it). They do not know
-about Python; `grounding_ext` maps the fixes back onto the string literals they came from.
+about Python; `grounding_sources` maps the fixes back onto the string literals they came from.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Optional
 
 from kernelwright.evaluate import grounding_env as env
 from kernelwright.evaluate.grounding_cxx import (
-    CFunction, Param, line_at, mask, parse_params, scan_functions, split_args,
+    CFunction, Param, mask, parse_params, scan_functions, split_args,
 )
 
 
@@ -58,36 +58,61 @@ def device_bodies(src: str) -> list[CFunction]:
     return [f for f in scan_functions(src) if f.kind in ("global", "device") and f.body is not None]
 
 
+def _device_pattern() -> re.Pattern[str]:
+    names = "|".join(sorted(DEVICE_FLOAT_FUNCTIONS, key=len, reverse=True))
+    return re.compile(rf"(?<![\w.>:]){_DEVICE_QUALIFIERS}(?P<name>{names})\s*\(")
+
+
+def _hallucinated(m: re.Match[str], defined: set[str]) -> bool:
+    qualified = m.start("name") > m.start()
+    return qualified or m.group("name") not in defined  # an unqualified name the candidate defined is its own
+
+
+def _rewrite_expression(expr: str, defined: set[str]) -> Optional[str]:
+    """`expr` with every table call in it rewritten, innermost first; None when one cannot be."""
+    masked, out, pos = mask(expr), [], 0
+    for m in _device_pattern().finditer(masked):
+        if m.start() < pos or not _hallucinated(m, defined):
+            continue
+        parsed = split_args(masked, m.end() - 1)
+        if parsed is None or len(parsed[1]) != 1:
+            return None
+        close, ((a, b),) = parsed
+        inner = _rewrite_expression(expr[a:b].strip(), defined)
+        if inner is None or _IMPURE.search(mask(inner)):
+            return None
+        out += [expr[pos:m.start()], DEVICE_FLOAT_FUNCTIONS[m.group("name")].format(inner)]
+        pos = close + 1
+    return "".join(out + [expr[pos:]])
+
+
 def device_function_fixes(src: str, defined: set[str]) -> tuple[list[Fix], list[Problem]]:
     """Calls in __global__/__device__ bodies to functions CUDA lacks (`relu(x)`), rewritten for float
-    kernels when the name is defined nowhere in the sources."""
+    kernels when the name is defined nowhere in the sources (nested calls are rewritten together)."""
     masked = mask(src)
     fixes, problems = [], []
-    names = "|".join(sorted(DEVICE_FLOAT_FUNCTIONS, key=len, reverse=True))
-    pattern = re.compile(rf"(?<![\w.>:]){_DEVICE_QUALIFIERS}(?P<name>{names})\s*\(")
     for fn in device_bodies(src):
         body_a, body_b = fn.body  # type: ignore[misc]
         floaty = not _NOT_FLOAT.search(masked[fn.start:body_b]) and "float" in masked[fn.start:body_b]
-        for m in pattern.finditer(masked, body_a, body_b):
-            name = m.group("name")
-            qualified = m.group(0)[:m.start("name") - m.start()]
-            if name in defined and not qualified:
-                continue  # the candidate wrote its own __device__ relu: nothing hallucinated
+        end = body_a
+        for m in _device_pattern().finditer(masked, body_a, body_b):
+            if m.start() < end or not _hallucinated(m, defined):
+                continue  # inside a call already handled, or the candidate's own function
             parsed = split_args(masked, m.end() - 1)
             if parsed is None:
                 continue
-            close, args = parsed
-            arg = src[args[0][0]:args[0][1]].strip() if len(args) == 1 else ""
+            end = parsed[0] + 1
+            call = src[m.start():end]
             spelled = src[m.start():m.end() - 1].strip()
-            if not floaty or len(args) != 1 or _IMPURE.search(mask(arg)):
+            new = _rewrite_expression(call, defined) if floaty else None
+            if new is None:
                 why = "the kernel is not float-only" if not floaty else "its argument is not a plain expression"
                 problems.append(Problem(f"`{spelled}()` does not exist in CUDA device code; not rewritten because "
                                         f"{why}: write the math yourself (e.g. relu(x) is fmaxf(x, 0.0f) for float)",
                                         m.start()))
                 continue
-            new = DEVICE_FLOAT_FUNCTIONS[name].format(arg)
-            fixes.append(Fix(m.start(), close + 1, new, f"`{spelled}()` does not exist in CUDA device code: "
-                             f"`{src[m.start():close + 1]}` -> `{new}`", m.start()))
+            fixes.append(Fix(m.start(), end, new, f"`{spelled}()` does not exist in CUDA device code: "
+                             f"`{call}` -> `{new}`", m.start()))
     return fixes, problems
 
 
@@ -175,10 +200,6 @@ def _strip_defaults(params: str) -> str:
     return ",".join(p.split("=")[0] for p in re.sub(r"<[^<>]*>", "", params).split(","))
 
 
-def declared(name: str, sources: list[str]) -> bool:
-    return any(f.name == name for s in sources for f in scan_functions(s))
-
-
 # --- host launcher for a 1-D elementwise kernel -------------------------------------------------
 
 _INDEX = re.compile(r"\b(?:const\s+)?(?:unsigned\s+int|unsigned|int|long|long\s+long|int64_t|size_t|"
@@ -230,6 +251,8 @@ def elementwise_launcher(fn: CFunction, src: str, sources: list[str]) -> tuple[O
             return None, f"parameter `{p.name}` has type `{p.type}`, which the launcher generator does not handle"
     written = [p for p in params
                if p.pointer and re.search(rf"(?<![\w.]){p.name}\s*\[[^\]]*\]\s*(?:[-+*/]?=)(?!=)", body)]
+    if any(p.name.startswith("kw_") for p in params):
+        return None, "its parameter names clash with the launcher's locals (kw_*)"
     renamed = f"{fn.name}_kernel"
     if any(renamed == g.name for s in sources for g in scan_functions(s)):
         return None, f"the name `{renamed}` is taken"
@@ -276,11 +299,11 @@ def _launcher_text(name: str, kernel: str, params: list[Param], count: list[str]
         f"// Host launcher generated by kernelwright grounding for the 1-D kernel {kernel}.",
         f"{ret} {name}({', '.join(sig)}) {{",
         *checks,
-        f"    const int64_t n = {n};",
-        "    if (n > 0) {",
-        "        const int threads = 256;",
-        "        const unsigned int blocks = static_cast<unsigned int>((n + threads - 1) / threads);",
-        f"        {kernel}<<<blocks, threads, 0, c10::cuda::getCurrentCUDAStream()>>>({', '.join(args)});",
+        f"    const int64_t kw_count = {n};",
+        "    if (kw_count > 0) {",
+        "        const int kw_threads = 256;",
+        "        const unsigned int kw_blocks = static_cast<unsigned int>((kw_count + kw_threads - 1) / kw_threads);",
+        f"        {kernel}<<<kw_blocks, kw_threads, 0, c10::cuda::getCurrentCUDAStream()>>>({', '.join(args)});",
         "        C10_CUDA_KERNEL_LAUNCH_CHECK();",
         "    }",
     ]
@@ -292,7 +315,3 @@ def _launcher_text(name: str, kernel: str, params: list[Param], count: list[str]
 
 def kernel_name_uses(name: str, sources: list[str]) -> int:
     return sum(len(re.findall(rf"(?<![\w.]){re.escape(name)}\b", mask(s))) for s in sources)
-
-
-def line_of(src: str, offset: int) -> int:
-    return line_at(src, offset)

@@ -19,6 +19,7 @@ API_HINTS = {
     "torch.cuda.compile": "torch has no CUDA compiler API: build CUDA C++ with torch.utils.cpp_extension.load_inline",
     "torch.utils.cpp_extension.load_inline_cuda": "use torch.utils.cpp_extension.load_inline(name=..., "
                                                   "cpp_sources=..., cuda_sources=..., functions=[...])",
+    "torch.nn.functional.swish": "swish is SiLU: use torch.nn.functional.silu",
     "triton.language.relu": "use tl.maximum(x, 0.0)",
     "triton.language.tanh": "use 2 * tl.sigmoid(2 * x) - 1, or tl.extra.cuda.libdevice.tanh(x)",
     "triton.language.pow": "use tl.exp(y * tl.log(x)) for positive x, or tl.extra.cuda.libdevice.pow(x, y)",
@@ -93,8 +94,7 @@ def rule_example_usage(p: Pass) -> None:
             continue
         removed |= bound
         p.edits.append(Edit(*_line_range(p, stmt, comments=True), ""))
-        p.repaired("example_usage", f"removed module-level example code (line {stmt.lineno}) that {reason}",
-                   p.at(stmt))
+        p.repaired("example_usage", f"removed module-level example code that {reason}", p.at(stmt))
     _remove_dead_demo_functions(p, body[after + 1:], demo_functions, removed)
 
 
@@ -109,8 +109,8 @@ def _remove_dead_demo_functions(p: Pass, tail: list[ast.stmt], demo_functions: s
                    for n in p.ctx.nodes)
         if not used and not _shares_lines(p, stmt):
             p.edits.append(Edit(*_line_range(p, stmt, comments=True), ""))
-            p.repaired("example_usage", f"removed the test function {stmt.name}() (line {stmt.lineno}): it only "
-                       "runs the model on example inputs and nothing calls it any more", p.at(stmt))
+            p.repaired("example_usage", f"removed the test function {stmt.name}(): it only runs the model on "
+                       "example inputs and nothing calls it any more", p.at(stmt))
 
 
 def _is_demo_call(stmt: ast.stmt, demo_functions: set[str]) -> bool:
@@ -171,7 +171,7 @@ def _names_used_in_definitions(p: Pass) -> set[str]:
 
 def rule_python_api(p: Pass) -> None:
     seen: set[str] = set()
-    for node, qual in _api_references(p):
+    for node, qual in sorted(_api_references(p), key=lambda ref: p.at(ref[0])):
         missing = env.missing_attribute(qual)
         if missing is None or missing.qualname in seen:
             continue
@@ -222,7 +222,7 @@ def rule_extension_calls(p: Pass) -> None:
         attrs = sorted({f.attr for f in bad})
         if not bad:
             continue
-        if len(names) == 1 and len(attrs) == 1:
+        if len(names) == 1 and len(attrs) == 1 and names[0].isidentifier():
             for f in bad:
                 end = p.code.span(f)[1]
                 p.edits.append(Edit(end - len(f.attr), end, names[0]))
@@ -232,7 +232,6 @@ def rule_extension_calls(p: Pass) -> None:
             for attr in attrs:
                 p.problem("extension_calls", f"`{key}.{attr}` is not exported by the extension; it exports "
                           f"{', '.join(names) or 'nothing'}", p.at(next(f for f in bad if f.attr == attr)))
-    _check_pointer_arguments(p, exports, attr_calls)
 
 
 def _ext_key(value: ast.expr) -> Optional[str]:
@@ -256,23 +255,49 @@ def _unbound_names(p: Pass) -> set[str]:
             and p.is_unbound(n.id)}
 
 
-def _check_pointer_arguments(p: Pass, exports: dict, attr_calls: dict[str, list[ast.Attribute]]) -> None:
-    """`ext.f(x.data_ptr(), ...)` where the C++ parameter is a tensor: pybind11 rejects an int there."""
-    for key, funcs in attr_calls.items():
-        call_info = exports[key][0]
-        pairs = all_sources(p, call_info) or []
-        signatures = {fn.name: fn for _, r in pairs for fn in scan_functions(r.text) if fn.kind == "host"}
-        for f in funcs:
-            fn = signatures.get(f.attr)
-            call = p.ctx.parents.get(f)
-            params = [x.strip() for x in fn.params.split(",")] if fn else []
-            if not isinstance(call, ast.Call) or not params:
-                continue
-            for i, arg in enumerate(call.args[:len(params)]):
-                if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "data_ptr" \
-                        and "Tensor" in params[i]:
-                    p.problem("extension_calls", f"`{key}.{f.attr}` takes a tensor as argument {i + 1} "
-                              f"({params[i]}); pass the tensor, not `.data_ptr()`", p.at(arg))
+def rule_extension_arguments(p: Pass) -> None:
+    """Calls into the extension against the C++ signatures: the number of arguments, and `.data_ptr()`
+    passed where C++ takes a tensor (pybind11 rejects both when the call runs)."""
+    exports = extension_exports(p)
+    signatures: dict[str, dict[str, list[str]]] = {}
+    for node in p.ctx.nodes:
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        key = _ext_key(node.func.value)
+        if key not in exports:
+            continue
+        if key not in signatures:
+            pairs = all_sources(p, exports[key][0]) or []
+            signatures[key] = {fn.name: _split_params(fn.params) for _, r in pairs for fn in scan_functions(r.text)
+                               if fn.kind == "host" and fn.is_definition}
+        params = signatures[key].get(node.func.attr)
+        if params is not None:
+            _check_arguments(p, f"{key}.{node.func.attr}", node, params)
+
+
+def _split_params(text: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for k, ch in enumerate(text):
+        depth += ch in "(<[{"
+        depth -= ch in ")>]}"
+        if ch == "," and depth == 0:
+            parts.append(text[start:k].strip())
+            start = k + 1
+    parts.append(text[start:].strip())
+    return [x for x in parts if x and x != "void"]
+
+
+def _check_arguments(p: Pass, name: str, call: ast.Call, params: list[str]) -> None:
+    if not any(isinstance(a, ast.Starred) for a in call.args) and not call.keywords:
+        required = sum("=" not in x for x in params)
+        if not required <= len(call.args) <= len(params):
+            p.problem("extension_calls", f"`{name}` takes {len(params)} argument(s) ({', '.join(params)}); the call "
+                      f"passes {len(call.args)}", p.at(call))
+    for i, arg in enumerate(call.args[:len(params)]):
+        if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "data_ptr" \
+                and "Tensor" in params[i]:
+            p.problem("extension_calls", f"`{name}` takes a tensor as argument {i + 1} ({params[i]}); pass the "
+                      "tensor, not `.data_ptr()`", p.at(arg))
 
 
 # --- final checks ------------------------------------------------------------------------------------

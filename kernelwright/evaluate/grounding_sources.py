@@ -15,10 +15,11 @@ from typing import Optional
 
 from kernelwright.evaluate import grounding_env as env
 from kernelwright.evaluate.grounding_calls import (
-    Functions, InlineCall, Item, all_sources, call_items, functions_arg, inline_calls, rebuild,
+    Functions, InlineCall, Item, all_sources, append_keyword, functions_arg, inline_calls,
 )
-from kernelwright.evaluate.grounding_cxx import CFunction, defines_name, includes, is_cuda, mask, pybind_blocks, \
-    scan_functions
+from kernelwright.evaluate.grounding_cxx import (
+    CFunction, balanced, defines_name, includes, is_cuda, mask, pybind_blocks, scan_functions,
+)
 from kernelwright.evaluate.grounding_kernels import (
     DEVICE_FLOAT_FUNCTIONS, device_function_fixes, elementwise_launcher, kernel_name_uses, prototype,
     python_api_fixes,
@@ -34,10 +35,12 @@ THC_DEFAULT = "ATen/cuda/CUDAContext.h"
 _CUDA_ONLY_TORCH = ("ATen/cuda/", "c10/cuda/", "ATen/native/cuda/", "ATen/cudnn/", "c10/cuda/impl/")
 
 
-def _each_source(p: Pass):
+def _each_source(p: Pass, structural: bool = False):
+    """Calls with readable sources. `structural` rules (which read functions out of the sources) skip a
+    call whose sources have unbalanced brackets; rule_exported reports those once."""
     for call in inline_calls(p):
         pairs = all_sources(p, call)
-        if pairs:
+        if pairs and (not structural or all(balanced(r.text) for _, r in pairs)):
             yield call, pairs
 
 
@@ -123,7 +126,10 @@ def _header_hint(header: str, dirs: tuple[str, ...]) -> str:
     if close:
         return f"; the closest existing header is <{close}>"
     present = env.folder_headers(header, dirs)
-    return f"; {os.path.dirname(header)}/ holds {', '.join(present)}" if present else ""
+    if not present:
+        return ""
+    shown = ", ".join(present[:8]) + (", ..." if len(present) > 8 else "")
+    return f"; {os.path.dirname(header)}/ holds {shown}"
 
 
 def _edit(p: Pass, res: Resolved, a: int, b: int, text: str, rule: str, message: str, at: int) -> bool:
@@ -136,7 +142,7 @@ def _edit(p: Pass, res: Resolved, a: int, b: int, text: str, rule: str, message:
 
 
 def rule_python_api_in_cxx(p: Pass) -> None:
-    for _, pairs in _each_source(p):
+    for _, pairs in _each_source(p, structural=True):
         for _, res in pairs:
             fixes, problems = python_api_fixes(res.text)
             for fix in fixes:
@@ -147,7 +153,7 @@ def rule_python_api_in_cxx(p: Pass) -> None:
 
 
 def rule_device_functions(p: Pass) -> None:
-    for _, pairs in _each_source(p):
+    for _, pairs in _each_source(p, structural=True):
         texts = [r.text for _, r in pairs]
         complete = all(r.complete for _, r in pairs)
         defined = {n for n in DEVICE_FLOAT_FUNCTIONS if defines_name(texts, n)}
@@ -167,6 +173,11 @@ def rule_device_functions(p: Pass) -> None:
 def rule_exported(p: Pass) -> None:
     for call, pairs in _each_source(p):
         if call.starred or not all(r.complete for _, r in pairs):
+            continue
+        broken = [key for key, r in pairs if not balanced(r.text)]
+        if broken:
+            p.problem("exported_functions", f"{broken[0]} has unbalanced braces or parentheses (cut off, or a "
+                      "stray bracket), so its functions cannot be read; fix the C++ first", p.at(call.node))
             continue
         _check_exports(p, call, pairs)
 
@@ -189,7 +200,8 @@ def _check_exports(p: Pass, call: InlineCall, pairs: list[tuple[str, Resolved]])
     for name in names:
         host = next((fn for k, r, fn in found if fn.name == name and fn.exportable and fn.is_definition), None)
         if host is not None:
-            in_cpp = any(k == "cpp_sources" for k, r, fn in found if fn.name == name)
+            # Any mention `name(` in cpp_sources counts: a broken declaration there is the model's to fix.
+            in_cpp = any(re.search(rf"(?<![\w.]){name}\s*\(", mask(t)) for t in cpp_texts)
             if has_cuda and not in_cpp:
                 proto, why = prototype(host, texts)
                 if proto is None:
@@ -241,6 +253,10 @@ def _settle_function_list(p: Pass, call: InlineCall, funcs: Functions, hosts: li
                    f"candidate, so functions=[{pick[0]!r}]", at)
         return pick
     names = list(funcs.names)
+    if not all(n.isidentifier() for n in names):
+        p.problem("exported_functions", "functions= must list C++ function names; not names: "
+                  + ", ".join(repr(n) for n in names if not n.isidentifier()), at)
+        return None
     missing = [n for n in names if n not in hosts and n not in kernels]
     spare = [h for h in hosts if h not in names]
     if len(missing) == 1 and len(spare) == 1 and funcs.elements and len(funcs.elements) == len(names):
@@ -258,9 +274,7 @@ def _set_functions(p: Pass, call: InlineCall, names: list[str]) -> None:
     if expr is not None:
         p.edits.append(Edit(*p.code.span(expr), text))
         return
-    items = call_items(p.code, call.node)
-    items.append(Item("functions", text))
-    p.edits.append(rebuild(p.code, call.node, items))
+    p.edits.append(append_keyword(p.code, call.node, Item("functions", text)))
 
 
 def _launch(p: Pass, name: str, kernel: tuple[str, Resolved, CFunction], texts: list[str]) -> Optional[str]:

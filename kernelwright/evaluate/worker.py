@@ -182,9 +182,9 @@ class Worker:
         self._check_tamper(guard)
 
         if job.get("compile_only"):
-            kinds = [b["kind"] for b in counter.builds]
-            detail = f"{len(kinds)} extension build(s) succeeded" if kinds else "imported; no load_inline/load call"
-            raise Finish("compiled", None, compile_detail=detail)
+            if counter.builds or _defines_triton_kernel(cand):
+                raise Finish("compiled")  # Triton kernels compile at first launch: defined is all we can check
+            raise Finish("no_custom_kernel", "compile-only: the candidate builds no extension and defines no Triton kernel")
 
         with self.stage("init"):
             model_cls = getattr(cand, "ModelNew", None)
@@ -242,7 +242,7 @@ class Worker:
             failed_build = any(not b["ok"] for b in counter.builds)
             if not failed_build and not isinstance(e, (ImportError, AttributeError, TypeError)):
                 if self.job.get("compile_only") and _is_no_gpu_error(e):
-                    raise Finish("compiled", None, compile_detail="built; import stopped at code that needs a GPU") from e
+                    raise Finish("compiled", None) from e  # built; import stopped at code that needs a GPU
                 raise Finish(*self._classify_runtime(e)) from e
             verdict = taxonomy.classify_build_failure(type(e).__name__, str(e), log)
             self.fields["compiled"] = False
@@ -360,6 +360,10 @@ class Worker:
             reasons.append(f"{len(children)} child process(es) started by the candidate are still running")
         if reasons:
             raise Finish("cheat", "; ".join(reasons), cheat_reasons=reasons)
+
+
+def _defines_triton_kernel(module: types.ModuleType) -> bool:
+    return any(type(v).__module__.startswith("triton") and hasattr(v, "run") for v in vars(module).values())
 
 
 def _is_no_gpu_error(e: BaseException) -> bool:

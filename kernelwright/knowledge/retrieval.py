@@ -355,7 +355,7 @@ def _trim(text: str, limit: int) -> Optional[str]:
     lines = [line if line.endswith("\n") else line + "\n" for line in text.splitlines(keepends=True)]
     best: Optional[str] = None
     length = 0
-    for (i, fence_open), line in zip(_cut_points(lines), lines):
+    for (i, fence_open), line in zip(_cut_points(lines), lines, strict=True):
         length += len(line)
         closing = "```\n" if fence_open else ""
         if length + len(closing) + len(_TRIM_MARKER) > limit:

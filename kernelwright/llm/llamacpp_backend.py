@@ -26,11 +26,14 @@ log = logging.getLogger(__name__)
 
 
 def cpu_threads() -> int:
-    # llama-cpp-python defaults to half the cores, which leaves a 2-core machine running on one
+    """Half the usable cores. llama.cpp's threads spin while they wait for each other, so when
+    every core is taken and anything else runs, they stall: on the 2-core machine, with other work
+    running, 2 threads decoded the 0.5B at 1 token/s and 1 thread at 29 (docs/backends.md)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    return max(1, cores // 2)
 
 
 class LlamaCppBackend:

@@ -319,7 +319,15 @@ def pull(name: str | EmbeddedModel = DEFAULT_MODEL, sources: Sequence[str] | Non
     if unknown:
         raise ModelFileError(f"unknown model source(s) {unknown}; known: {', '.join(_FETCHERS)}")
     dest = model_path(model)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        verify(dest, model)  # the common case, which needs no write access to the cache
+        return dest
+    except ModelFileError:
+        pass  # missing or bad: decided again under the lock, since another process may be fetching it
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ModelFileError(f"cannot create the model cache {dest.parent}: {e.strerror}") from None
     with _locked(dest):
         if dest.exists():
             try:

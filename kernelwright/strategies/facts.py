@@ -41,7 +41,16 @@ class PromptFacts(BaseModel):
 
     @classmethod
     def from_analysis(cls, a: Any) -> "PromptFacts":
-        return cls.model_validate(a.prompt_facts())
+        """From kernelwright.analysis.TaskAnalysis: the data its prompt_data() exposes."""
+        d = a.prompt_data()
+        r = d["roofline"]
+        profile = [f"{o['op']}: {o['share']:.0%} of self time ({o['self_ms']:.3g} ms)" for o in d.get("top_ops", [])]
+        roof = (f"at least {r['flops']:.3g} FLOP and {r['bytes']:.3g} bytes moved; floor {r['floor_ms']:.3g} ms on "
+                f"{r['device']} ({r['compute_dtype']}); {r['bound']}-bound")
+        graph = [line for line in a.prompt_lines() if not line.startswith(("self time", "roofline", "reference forward"))]
+        return cls(task_id=d["task"], shape=d["shape"], shape_reason=d.get("reason", ""), device_name=d["device"],
+                   forward_ms=float(d.get("forward_ms") or 0.0), profile_lines=profile, roofline_line=roof,
+                   graph=graph, ops=list(d.get("ops", [])))
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

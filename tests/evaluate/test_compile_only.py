@@ -198,9 +198,12 @@ def test_flags_match_torchs_own_ninja_file(tmp_path: Path, monkeypatch: pytest.M
     shim = ("-isystem", str(tmp_path / "compile_only_shim"))
     for step, key in zip(steps, ("cflags", "cuda_cflags")):
         flags = step.command[1:-4]  # drop the compiler and "-c src -o obj"
-        if shim[1] in flags:  # our one addition: a stand-in for a header the CPU wheel lacks
-            i = flags.index(shim[1])
-            del flags[i - 1 : i + 1]
+        # our additions: a stand-in for a header the CPU wheel lacks, and the CUDA library
+        # headers of NVIDIA's pip wheels (a full toolkit has them under CUDA_HOME already)
+        for extra_dir in (shim[1], *compile_only._wheel_cuda_includes(True)):
+            if extra_dir in flags:
+                i = flags.index(extra_dir)
+                del flags[i - 1 : i + 1]
         assert flags == shlex.split(ninja[key]), key
 
 

@@ -31,7 +31,8 @@ KERNEL = textwrap.dedent('''\
         return y;
     }
     ''')
-GOOD = HEADER + f'cuda_src = """\n{KERNEL}"""\ncpp_src = "torch::Tensor scale(torch::Tensor x);"\n' + textwrap.dedent('''\
+GOOD = HEADER + f'cuda_src = """\n{KERNEL}"""\ncpp_src = "torch::Tensor scale(torch::Tensor x);"\n' + \
+    textwrap.dedent('''\
     ext = load_inline(name="scale_ext", cpp_sources=cpp_src, cuda_sources=cuda_src, functions=["scale"])
 
 
@@ -173,6 +174,13 @@ def test_cuda_src_alias_and_unknown_keyword():
     assert "cuda_sources=cuda_src" in report.code and "optimize" not in report.code
     messages = " ".join(r.message for r in report.repairs)
     assert "`cuda_src=`" in messages and "`optimize=`" in messages
+
+
+def test_misspelt_keywords_are_respelt():
+    code = GOOD.replace("cpp_sources=cpp_src", "cp_sources=cpp_src").replace("functions=", "functons=")
+    report = ground(code)
+    assert report.code == GOOD
+    assert {r.rule for r in report.repairs} == {"load_inline_keywords"} and len(report.repairs) == 2
 
 
 def test_unknown_keyword_holding_code_is_not_dropped():
@@ -342,6 +350,15 @@ def test_relu_in_device_code_becomes_fmaxf():
     assert "device_functions" in repaired(report)
 
 
+def test_nested_device_calls_are_rewritten_in_one_go():
+    kernel = KERNEL.replace("2.0f * x[i]", "relu(sigmoid(x[i]) - 0.5f)")
+    code = module_with(kernel, "torch::Tensor scale(torch::Tensor x);").replace('"f"', '"scale"') \
+        .replace("ext.f(x)", "ext.scale(x)")
+    report = ground(code)
+    assert "fmaxf((1.0f / (1.0f + expf(-(x[i])))) - 0.5f, 0.0f)" in report.code
+    assert ground(report.code).code == report.code
+
+
 def test_user_defined_device_relu_is_kept():
     kernel = "__device__ float relu(float v) { return v > 0.0f ? v : 0.0f; }\n" + \
         KERNEL.replace("2.0f * x[i]", "relu(x[i])")
@@ -401,7 +418,7 @@ def test_kernel_in_functions_gets_a_launcher_when_1d_elementwise():
     assert "__global__ void scale_kernel_kernel(" in report.code
     assert "torch::Tensor scale_kernel(torch::Tensor x, torch::Tensor y, int64_t n) {" in report.code
     assert "torch::Tensor scale_kernel(torch::Tensor x, torch::Tensor y, int64_t n);" in report.code
-    assert "return y;" in report.code
+    assert "return y;" in report.code and "const int64_t kw_count = n;" in report.code
     assert not report.errors, report.feedback()
 
 
@@ -431,6 +448,19 @@ def test_bare_call_to_an_exported_name():
     code = GOOD.replace("return ext.scale(x)", "return scale(x)")
     report = ground(code)
     assert "return ext.scale(x)" in report.code
+
+
+def test_argument_count_against_the_cpp_signature():
+    report = ground(GOOD.replace("ext.scale(x)", "ext.scale(x, 2.0)"))
+    found = errors(report, "extension_calls")
+    assert any("takes 1 argument(s) (torch::Tensor x); the call passes 2" in m for m in found)
+
+
+def test_missing_cpp_sources_is_added_after_a_positional_name():
+    code = HEADER + f'src = """\n{KERNEL}"""\next = load_inline("e", cuda_sources=src, functions=["scale"])\n'
+    report = ground(code)
+    assert 'ext = load_inline("e", cpp_sources="torch::Tensor scale(torch::Tensor x);\\n", cuda_sources=src' \
+        in report.code
 
 
 def test_data_ptr_passed_to_a_tensor_parameter():
@@ -485,7 +515,8 @@ def _value_of(code: str, name: str) -> str:
 
 
 def test_literal_with_escapes_keeps_its_meaning():
-    kernel = KERNEL.replace("2.0f * x[i]", "relu(x[i])").replace("    return y;", '    printf("%d\\\\n", n);\n    return y;')
+    kernel = KERNEL.replace("2.0f * x[i]", "relu(x[i])")
+    kernel = kernel.replace("    return y;", '    printf("%d\\\\n", n);\n    return y;')
     code = module_with(kernel, "torch::Tensor scale(torch::Tensor x);").replace('"f"', '"scale"')
     report = ground(code.replace("ext.f(x)", "ext.scale(x)"))
     before, after = _value_of(code, "cuda_src"), _value_of(report.code, "cuda_src")
@@ -515,7 +546,8 @@ def test_fstring_source_is_reported_not_rewritten():
 SNIPPETS = {
     "sources_kw": module_with(KERNEL, call='ext = load_inline(name="e", sources=cuda_src, functions=["scale"])'),
     "positional": module_with(KERNEL, call='ext = load_inline(cuda_src, cpp_src, functions=["scale"])'),
-    "launcher": module_with(KERNEL.split("torch::Tensor scale")[0].replace("2.0f * x[i]", "gelu(x[i])"), "#include <THC/THC.h>",
+    "launcher": module_with(KERNEL.split("torch::Tensor scale")[0].replace("2.0f * x[i]", "gelu(x[i])"),
+                            "#include <THC/THC.h>",
                             call='ext = load_inline(cpp_sources=cpp_src, cuda_sources=[cuda_src, cuda_src], '
                                  'functions="scale_kernel", cuda_flags=["-O3"])'),
     "demo": GOOD + "\nm = ModelNew()\nprint(m(torch.randn(3)))\n",
@@ -540,6 +572,7 @@ def test_fixture_answers_never_raise_and_are_idempotent(path):
         report = ground(code)
         assert isinstance(report, GroundingReport) and report.original == code
         assert not any(f.rule == "grounding_internal" for f in report.findings), report.findings
+        assert all(f.rule in RULES for f in report.findings) and all(r.rule in RULES for r in report.repairs)
         if report.changed:
             ast.parse(report.code)
         again = ground(report.code)
@@ -551,8 +584,8 @@ def test_fixture_answers_never_raise_and_are_idempotent(path):
     'load_inline(name=1, cpp_sources=None, cuda_sources=[None, 3], functions={1: 2})',
     'import torch.utils.cpp_extension as c\nc.load_inline(*a, **k)\nc.load_inline()\n',
     'from torch.utils.cpp_extension import load_inline\nx = load_inline("n", f"{y}", "{", functions=[f"{z}"])\n',
-    'from torch.utils.cpp_extension import load_inline\ns = """\n__global__ void k(float* x) { relu(relu(x[0]); }\n"""\n'
-    'e = load_inline("n", "", s, functions=["k"])\n',
+    'from torch.utils.cpp_extension import load_inline\n'
+    's = """\n__global__ void k(float* x) { relu(relu(x[0]); }\n"""\ne = load_inline("n", "", s, functions=["k"])\n',
     'import torch\ntorch.a.b.c.d.e\nimport triton.language as tl\ntl.x.y\n',
 ], ids=lambda g: repr(g)[:20])
 def test_garbage_in_findings_out(garbage):

@@ -145,7 +145,7 @@ def _resolve(node: ast.AST, strings: dict[str, ast.Constant]) -> tuple[Any, list
         return values, nodes
     if isinstance(node, ast.Dict):
         return {(_resolve(k, strings)[0] if k else None): _resolve(v, strings)[0]
-                for k, v in zip(node.keys, node.values)}, []
+                for k, v in zip(node.keys, node.values, strict=True)}, []
     return None, []
 
 

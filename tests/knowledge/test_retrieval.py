@@ -157,7 +157,7 @@ def test_brief_cites_its_sources():
     headers = re.findall(r"^\[(\d+)\] (.+) › (.+)$", b.text, re.M)
     assert len(headers) == len(b.hits)
     by_n = {s.n: s for s in b.sources}
-    for (n, title, section), hit in zip(headers, b.hits):
+    for (n, title, section), hit in zip(headers, b.hits, strict=True):
         assert by_n[int(n)].title == title == hit.title and by_n[int(n)].note_id == hit.note_id
         assert section == hit.section
     assert {int(n) for n, _, _ in headers} == set(by_n), "every source is cited and every citation listed"

@@ -51,10 +51,12 @@ def llama_server(small_model: Path, tmp_path_factory: pytest.TempPathFactory) ->
     need("llama_cpp", extra="local")
     need("openai", extra="openai")
     need("uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings", extra="local")
+    from kernelwright.llm.llamacpp_backend import cpu_threads  # the same thread count, for its reason
+
     port = free_port()
     log_path = tmp_path_factory.mktemp("server") / "server.log"
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(small_model), "--host", "127.0.0.1",
-           "--port", str(port), "--n_ctx", "2048", "--n_threads", str(os.cpu_count() or 1)]  # fmt: skip
+           "--port", str(port), "--n_ctx", "2048", "--n_threads", str(cpu_threads())]  # fmt: skip
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"

@@ -25,7 +25,7 @@ def test_regime_runs_end_to_end_on_replay(spec, build_cache):
     backend = make_backend(f"replay:{path}")
     provider = folder_provider(plan.FACTS)
     config = plan.regime_config(spec)
-    for task_id in plan.TASKS:
+    for task_id in plan.PLAN[spec]:
         task = load_task(task_id)
         logged = []
         cell = run_regime(task, backend, config, plan.eval_config(str(build_cache)), sink=logged.append,
