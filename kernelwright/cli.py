@@ -34,6 +34,9 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 @app.callback()
 def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what happens.")) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # Which model runs where is said in one line, always: a default that silently downloads or
+    # picks an engine would surprise.
+    logging.getLogger("kernelwright.llm.registry").setLevel(logging.INFO)
 
 
 @app.command("version")

@@ -94,10 +94,18 @@ def _shell_split(flags: list[str]) -> list[str]:
 def _cuda_home() -> Optional[str]:
     """torch's CUDA_HOME is None in a CPU build, so find the toolkit as torch would: env, then nvcc.
     nvcc may be a wrapper script (/usr/local/bin/nvcc here), so take a home that holds cuda.h."""
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or getattr(cpp_extension, "CUDA_HOME", None)
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    return home or toolkit_home()
+
+
+def toolkit_home() -> Optional[str]:
+    """A CUDA toolkit folder that really holds include/cuda.h. torch guesses its CUDA_HOME from
+    nvcc's location, which is wrong for a wrapper script (/usr/local/bin/nvcc -> /usr/local),
+    and then cannot find cudart to link against."""
     nvcc = shutil.which("nvcc")
-    guesses = [os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))] if nvcc else []
-    return home or next((h for h in guesses + ["/usr/local/cuda"] if os.path.exists(f"{h}/include/cuda.h")), None)
+    guesses = [getattr(cpp_extension, "CUDA_HOME", None)]
+    guesses += [os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))] if nvcc else []
+    return next((h for h in guesses + ["/usr/local/cuda"] if h and os.path.exists(f"{h}/include/cuda.h")), None)
 
 
 def _nvcc() -> str:

@@ -149,10 +149,13 @@ def _environment(cfg: EvalConfig, root: Path, device: str) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
     })
-    if cfg.compile_only and "TORCH_CUDA_ARCH_LIST" not in env:
-        from kernelwright.evaluate.compile_only import gpu_arch_list
+    if cfg.compile_only:
+        from kernelwright.evaluate.compile_only import gpu_arch_list, toolkit_home
 
-        env["TORCH_CUDA_ARCH_LIST"] = gpu_arch_list()
+        env.setdefault("TORCH_CUDA_ARCH_LIST", gpu_arch_list())
+        home = toolkit_home()
+        if home and "CUDA_HOME" not in env:
+            env["CUDA_HOME"] = home
     # The worker must import this package even when it is not installed (a source checkout).
     pkg_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)

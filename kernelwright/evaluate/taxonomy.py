@@ -36,7 +36,7 @@ _DIAG_FILE = re.compile(r"^(?P<file>\S+?)(?::\d+(?::\d+)?:|\(\d+\):)\s")
 # A line that is a compiler (or linker, or nvcc driver) error.
 _COMPILER_ERROR = re.compile(
     r"(?:^|\s)(?:fatal error|catastrophic error|error)\s*:|^nvcc fatal\s*:|undefined reference to|"
-    r"undefined symbol:|^collect2: error"
+    r"undefined symbol:|^collect2: error|cannot find -l"
 )
 # A Python exception line, as the last line of a traceback or `type: message`.
 _PY_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?::|$)")

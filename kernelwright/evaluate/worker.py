@@ -215,13 +215,30 @@ class Worker:
         """In compile-only mode with a CPU build of torch, CUDA sources compile to objects only."""
         if not self.job.get("compile_only"):
             return None
-        from kernelwright.evaluate import compile_only
+        import inspect
 
-        if compile_only.torch_has_cuda():
-            return None
         import torch.utils.cpp_extension as cpp
 
+        from kernelwright.evaluate import compile_only
+
         real = cpp.load_inline
+        if compile_only.torch_has_cuda():
+            # The normal path: build and link. A bare nvcc toolkit may lack the CUDA library
+            # headers ATen includes (cusparse.h, cublas_v2.h); NVIDIA's wheels, which a CUDA
+            # torch depends on, ship them, so point the build at them too.
+            extra = compile_only._wheel_cuda_includes(True)
+            signature = inspect.signature(real)
+
+            def build_with_headers(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    bound = signature.bind(*args, **kwargs)
+                except TypeError:
+                    return real(*args, **kwargs)  # its own, genuine error
+                paths = list(bound.arguments.get("extra_include_paths") or [])
+                bound.arguments["extra_include_paths"] = paths + [p for p in extra if p not in paths]
+                return real(*bound.args, **bound.kwargs)
+
+            return build_with_headers if extra else None
 
         def build(*args: Any, **kwargs: Any) -> Any:
             if kwargs.get("cuda_sources") or (len(args) > 2 and args[2]):

@@ -56,7 +56,7 @@ class OpenAIBackend:
         backoff_s: float = 0.25,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.retries, self.backoff_s = retries, backoff_s
+        self.retries, self.backoff_s = max(0, retries), backoff_s
         self.concurrency = max(1, concurrency)
         self.timeout = timeout
         self._client = openai.OpenAI(
