@@ -122,6 +122,17 @@ class Mismatch(BaseModel):
     nonfinite_in_candidate: int = 0
     detail: Optional[str] = None
 
+    def summary(self) -> str:
+        """The statistics in words, for error messages and for feedback to the model."""
+        parts = []
+        if self.max_abs_diff is not None:
+            parts.append(f"max abs diff {self.max_abs_diff:.3g}, mean abs diff {self.mean_abs_diff:.3g}")
+        if self.mismatch_fraction is not None:
+            parts.append(f"{100 * self.mismatch_fraction:.1f}% of elements outside tolerance")
+        if self.nonfinite_in_candidate:
+            parts.append(f"{self.nonfinite_in_candidate} NaN/Inf where the reference is finite")
+        return "; ".join(parts) or (self.detail or "")
+
 
 class EvalResult(BaseModel):
     """The one record the evaluator returns for a candidate; `--json` prints exactly this."""

@@ -25,17 +25,7 @@ MEANINGS = {
 
 def report(a: Attempt) -> str:
     r = a.eval
-    mismatch = None
-    if r.mismatch is not None:
-        m = r.mismatch
-        parts = []
-        if m.max_abs_diff is not None:
-            parts.append(f"max abs diff {m.max_abs_diff:.3g}, mean abs diff {m.mean_abs_diff:.3g}")
-        if m.mismatch_fraction is not None:
-            parts.append(f"{100 * m.mismatch_fraction:.1f}% of elements outside tolerance")
-        if m.nonfinite_in_candidate:
-            parts.append(f"{m.nonfinite_in_candidate} NaN/Inf values")
-        mismatch = "; ".join(parts) or m.detail
+    mismatch = r.mismatch.summary() if r.mismatch is not None else None
     timing = None
     if r.runtime_ms is not None and r.ref_runtime_ms is not None and r.speedup is not None:
         timing = (f"{r.runtime_ms:.4g} ms vs reference {r.ref_runtime_ms:.4g} ms, speedup {r.speedup:.3g}x "

@@ -40,3 +40,16 @@ def test_ambition_changes_only_the_agent_wording():
     calm = prompts.render("agent_generator", **base(), analysis=None, brief=None, best_code=None, feedback=None)
     bold = prompts.render("agent_generator", **base(ambition=True), analysis=None, brief=None, best_code=None, feedback=None)
     assert "keep library GEMM" in calm and "tiled kernels" in bold
+
+
+def test_feedback_report_distills_the_record():
+    from kernelwright.records import Attempt, EvalResult, Mismatch, Verdict
+    from kernelwright.strategies import feedback
+
+    r = EvalResult(verdict=Verdict.WRONG_OUTPUT, compiled=True, error="output 0 differs from the reference",
+                   mismatch=Mismatch(trial=0, max_abs_diff=0.5, mean_abs_diff=0.01, mismatch_fraction=0.25))
+    a = Attempt(id="a", task_id="t", regime="iterative", turn=0, sample=0, prompt_hash="h", messages=[],
+                raw_response="", eval=r, repairs=[{"rule": "includes", "message": "removed #include \"x.cu\""}])
+    text = feedback.report(a)
+    assert "wrong_output" in text and "max abs diff 0.5" in text and "25.0% of elements" in text
+    assert "removed #include" in text and "Timing" not in text
