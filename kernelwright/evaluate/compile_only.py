@@ -11,7 +11,7 @@ Flags come from torch itself wherever torch exposes them (include paths, nvcc fl
 arch flags, the -std it uses); every private helper is reached through `_torch_helper`, so a torch
 that lacks one still compiles with the documented fallback. The tests compare our commands with the
 ninja file torch itself writes for the same build. One addition: a CPU wheel lacks a header that
-torch's CUDA build generates, supplied by `_cmake_macros_shim`.
+torch's CUDA build generates, supplied by `cmake_macros_shim`.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def _cxx() -> str:
     return get() if get else os.environ.get("CXX", "c++")
 
 
-def _cxx_standard() -> str:
+def cxx_standard() -> str:
     """The -std torch compiles extensions with (c++17 in older releases, c++20 in newer ones), read
     from torch's own ninja writer rather than guessed from the version number."""
     writer = _torch_helper("_write_ninja_file_to_build_library")
@@ -130,7 +130,7 @@ def _cxx_standard() -> str:
     return f"-std={found[0]}" if found else "-std=c++17"
 
 
-def _abi_flags() -> list[str]:
+def abi_flags() -> list[str]:
     """pybind11 and libstdc++ ABI defines, as torch computes them (older torch passes both)."""
     flags: list[str] = []
     pybind = _torch_helper("_get_pybind11_abi_build_flags")
@@ -148,7 +148,7 @@ def _abi_flags() -> list[str]:
     return _shell_split(flags)
 
 
-def _include_paths(with_cuda: bool) -> list[str]:
+def include_paths(with_cuda: bool) -> list[str]:
     """torch's include paths, the CUDA toolkit's, and Python's.
 
     torch's `include_paths` changed signature (`cuda=True` before 2.6, `device_type="cuda"` after);
@@ -169,10 +169,10 @@ def _include_paths(with_cuda: bool) -> list[str]:
         if home and os.path.join(home, "include") != "/usr/include":  # gcc rejects /usr/include
             paths.append(os.path.join(home, "include"))
     python_include = sysconfig.get_path("include", scheme="posix_prefix")
-    return paths + _wheel_cuda_includes(with_cuda) + ([python_include] if python_include else [])
+    return paths + wheel_cuda_includes(with_cuda) + ([python_include] if python_include else [])
 
 
-def _wheel_cuda_includes(with_cuda: bool) -> list[str]:
+def wheel_cuda_includes(with_cuda: bool) -> list[str]:
     """Headers of the CUDA libraries (cuBLAS, cuSPARSE, cuSOLVER...) from NVIDIA's pip wheels.
 
     ATen/cuda/CUDAContext.h includes cublas_v2.h and cusparse.h; a bare nvcc toolkit may lack
@@ -387,7 +387,11 @@ def _object_name(source: str) -> str:
     return f"{stem}.cuda.o" if ext == ".cu" else f"{stem}.o"  # torch's names for the two kinds
 
 
-def _cmake_macros_shim(build_dir: str) -> list[str]:
+def nvcc_common_flags() -> list[str]:
+    return _shell_split(list(getattr(cpp_extension, "COMMON_NVCC_FLAGS", [])))
+
+
+def cmake_macros_shim(build_dir: str) -> list[str]:
     """A CPU wheel of torch lacks c10/cuda/impl/cuda_cmake_macros.h, a header CMake writes when it
     builds torch with CUDA; without it any include of c10/cuda/CUDAGuard.h or CUDAStream.h fails.
     Its content for torch's shared-library build is one define; supply it beside the build."""
@@ -404,18 +408,18 @@ def _cmake_macros_shim(build_dir: str) -> list[str]:
 def _plan(name: str, build_dir: str, sources: list[str], with_cuda: bool, extra_cflags: list[str],
           extra_cuda_cflags: list[str], extra_include_paths: list[str]) -> list[_Step]:
     """The compile commands torch's ninja file would hold for these sources, minus the link."""
-    system = _include_paths(with_cuda) + (_cmake_macros_shim(build_dir) if with_cuda else [])
-    common = [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H", *_abi_flags()]
+    system = include_paths(with_cuda) + (cmake_macros_shim(build_dir) if with_cuda else [])
+    common = [f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H", *abi_flags()]
     common += [f"-I{os.path.abspath(p.strip())}" for p in extra_include_paths]
     common += [arg for path in system for arg in ("-isystem", path)]
-    std = _cxx_standard()
+    std = cxx_standard()
     steps = []
     for source in sources:
         path, obj = os.path.join(build_dir, source), os.path.join(build_dir, _object_name(source))
         out = ["-c", path, "-o", obj]
         if source.endswith(".cu"):
             extra = _shell_split(extra_cuda_cflags)
-            nvcc_flags = _shell_split(list(getattr(cpp_extension, "COMMON_NVCC_FLAGS", [])))
+            nvcc_flags = nvcc_common_flags()
             flags = common + nvcc_flags + _gencode_flags(extra) + ["--compiler-options", "-fPIC"] + extra
             if not any(f.startswith("-std=") for f in flags):
                 flags.append(std)

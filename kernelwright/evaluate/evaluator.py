@@ -15,7 +15,7 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -233,7 +233,3 @@ def strip_paths(text: Optional[str]) -> Optional[str]:
 
 def _compiled_by(stages: list[Stage]) -> bool:
     return any(s.name == "compile" and s.ok for s in stages)
-
-
-def config_dict(cfg: EvalConfig) -> dict:
-    return asdict(cfg)

@@ -226,7 +226,7 @@ class Worker:
             # The normal path: build and link. A bare nvcc toolkit may lack the CUDA library
             # headers ATen includes (cusparse.h, cublas_v2.h); NVIDIA's wheels, which a CUDA
             # torch depends on, ship them, so point the build at them too.
-            extra = compile_only._wheel_cuda_includes(True)
+            extra = compile_only.wheel_cuda_includes(True)
             signature = inspect.signature(real)
 
             def build_with_headers(*args: Any, **kwargs: Any) -> Any:
@@ -334,8 +334,7 @@ class Worker:
                              cheat_reasons=["unsynchronized side-stream work"])
 
     def _timing(self) -> None:
-        torch, timing = self.torch, self.timing
-        job = self.job
+        timing, job = self.timing, self.job
         cfg = timing.TimingConfig(**job["timing"])
         sets = [self._inputs(job["seed"] + 1000 + i) for i in range(job["input_sets"])]
         cand = timing.time_calls(self.new_model, sets, self.device, cfg)

@@ -11,7 +11,7 @@ import hashlib
 import json
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 REGIME_NAMES = ("zero_shot", "guided", "iterative", "agentic", "routed")
 ABLATIONS = ("no_analyzer", "no_retrieval", "no_feedback_analyzer", "single_turn", "ambition", "no_grounding")

@@ -200,7 +200,7 @@ def test_flags_match_torchs_own_ninja_file(tmp_path: Path, monkeypatch: pytest.M
         flags = step.command[1:-4]  # drop the compiler and "-c src -o obj"
         # our additions: a stand-in for a header the CPU wheel lacks, and the CUDA library
         # headers of NVIDIA's pip wheels (a full toolkit has them under CUDA_HOME already)
-        for extra_dir in (shim[1], *compile_only._wheel_cuda_includes(True)):
+        for extra_dir in (shim[1], *compile_only.wheel_cuda_includes(True)):
             if extra_dir in flags:
                 i = flags.index(extra_dir)
                 del flags[i - 1 : i + 1]

@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 import torch.utils.cpp_extension as cpp_extension
 
+from kernelwright.evaluate import compile_only
+
 from tests.knowledge import _harness as H
 from tests.knowledge import _snippets as S
 
@@ -184,21 +186,21 @@ def test_cuda_code_compiles_and_links_with_nvcc(tmp_path):
         pytest.skip("nvcc is not on PATH")
     if not shutil.which("nm"):
         pytest.skip("nm is not on PATH")
-    includes = [f"-I{p}" for p in S.torch_include_paths()]
-    shim = S.shim_include_dir(tmp_path / "shim")
-    if shim:
-        includes.append(f"-I{shim}")
-    defines = ["-DTORCH_EXTENSION_NAME=kw_notes", "-DTORCH_API_INCLUDE_EXTENSION_H", *S.abi_flags()]
+    # torch's, the toolkit's and the CUDA library wheels' headers, plus the stand-in for the one
+    # header a CPU wheel of torch lacks: the same as the evaluator's compile-only builds
+    dirs = compile_only.include_paths(with_cuda=True) + compile_only.cmake_macros_shim(str(tmp_path))
+    includes = [f"-I{p}" for p in dirs]
+    defines = ["-DTORCH_EXTENSION_NAME=kw_notes", "-DTORCH_API_INCLUDE_EXTENSION_H", *compile_only.abi_flags()]
     cu_source = S.translation_unit(_cuda_parts(), prelude=["#include <torch/types.h>", "#include <cuda.h>",
                                                           "#include <cuda_runtime.h>"])
     cpp_source = _bindings_source()
     (tmp_path / "notes.cu").write_text(cu_source)
     (tmp_path / "bindings.cpp").write_text(cpp_source)
     cxx = getattr(cpp_extension, "get_cxx_compiler", lambda: os.environ.get("CXX", "c++"))()
-    nvcc_cmd = ["nvcc", "-c", S.cxx_standard(), *includes, *defines, *S.nvcc_common_flags(),
+    nvcc_cmd = ["nvcc", "-c", compile_only.cxx_standard(), *includes, *defines, *compile_only.nvcc_common_flags(),
                 "--compiler-options", "-fPIC", "-gencode=arch=compute_90,code=sm_90",
                 str(tmp_path / "notes.cu"), "-o", str(tmp_path / "notes.o")]
-    cxx_cmd = [cxx, "-c", "-fPIC", S.cxx_standard(), *includes, *defines, str(tmp_path / "bindings.cpp"),
+    cxx_cmd = [cxx, "-c", "-fPIC", compile_only.cxx_standard(), *includes, *defines, str(tmp_path / "bindings.cpp"),
                "-o", str(tmp_path / "bindings.o")]
 
     commands = " ".join(nvcc_cmd + cxx_cmd).replace(str(tmp_path), "<tmp>")  # the same for every run
