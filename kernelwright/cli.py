@@ -1,7 +1,8 @@
 """The `kernelwright` command line (typer). Thin: parse, call the library, print, pick the exit code.
 
 Exit codes: 0 = the command did its job (an evaluation that completed, whatever its verdict);
-2 = bad input to the tool (missing file, bad task, unknown device); 3 = a GPU stopped answering.
+2 = bad input to the tool (missing file, bad task, unknown device); 3 = a GPU stopped answering;
+4 = `optimize` found nothing verified that beats the reference (it keeps the best correct candidate).
 """
 
 from __future__ import annotations
@@ -9,26 +10,16 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from kernelwright import __version__
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0] if __doc__ else None)
-err = Console(stderr=True)
-out = Console()
-
-EXIT_BAD_INPUT = 2
-EXIT_GPU_GONE = 3
-
-
-def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    """One clear line on stderr and a non-zero exit: the contract for bad input."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
+# one home for consoles, exit codes and `fail` (kernelwright/console.py); re-exported for callers
+from kernelwright.console import EXIT_BAD_INPUT, EXIT_GPU_GONE, err, fail, out  # noqa: E402,F401
 
 
 @app.callback()
@@ -122,6 +113,24 @@ def _register_llm_commands() -> None:
 _register_llm_commands()
 
 
+def _register_study_commands() -> None:
+    from kernelwright.study.cli import study_app
+
+    app.add_typer(study_app, name="study")
+
+
+_register_study_commands()
+
+
+def _register_optimize_command() -> None:
+    from kernelwright.optimize.cli import optimize_cmd
+
+    app.command("optimize")(optimize_cmd)
+
+
+_register_optimize_command()
+
+
 def default_target(device: str) -> str:
     return "cpp" if device == "cpu" else "cuda"
 
@@ -141,10 +150,14 @@ def run_cmd(
     iters: int = typer.Option(100, help="Timed calls per module."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for attempts.jsonl and cells.jsonl (appended)."),
     json_out: bool = typer.Option(False, "--json", help="Print the cell record as JSON at the end."),
+    scaffold: Optional[bool] = typer.Option(None, "--scaffold/--no-scaffold", help="Scaffolded generation: the system "
+                                            "writes the program, the model fills one region (default: on for the "
+                                            "embedded models, off for others)."),
 ) -> None:
     """Run one interaction regime on one task with a model, evaluating every candidate."""
     from kernelwright.evaluate import EvalConfig, EvaluatorError
     from kernelwright.llm import BackendError, make_backend
+    from kernelwright.llm.registry import is_embedded
     from kernelwright.strategies import RegimeError, parse_regime, run_regime
     from kernelwright.tasks import TaskError, load_task
 
@@ -153,6 +166,7 @@ def run_cmd(
         fail(f"unknown target {tgt!r}: use cuda, triton or cpp")
     try:
         config = parse_regime(regime, target=tgt, seed=seed, max_tokens=max_tokens,
+                              scaffold=is_embedded(model) if scaffold is None else scaffold,
                               **({"n": n} if n is not None else {}), **({"turns": turns} if turns is not None else {}))
         the_task = load_task(task)
         from kernelwright.evaluate.evaluator import validate_device
@@ -203,6 +217,8 @@ def _print_progress(e: dict) -> None:
         err.print(f"turn {e['turn']}: {e['role']}")
     elif kind == "route":
         err.print(f"routed to {e['regime']}: {e['reason']}")
+    elif kind == "scaffold":
+        err.print(f"no scaffold: {e['reason']}")
     elif kind == "verdict":
         speed = f" speedup {e['speedup']:.3g}x" if e.get("speedup") is not None else ""
         err.print(f"turn {e['turn']} candidate {e['sample'] + 1}/{e['n']}: {e['verdict']}{speed}")

@@ -220,6 +220,7 @@ class Cell(BaseModel):
     faster: bool = False
     custom_kernel: bool = False
     route: Optional[str] = None  # for `routed`: the regime it picked and why
+    scaffold: Optional[str] = None  # under +scaffold: what the region covers, or why the task had none
     turns: int = 0
     wall_s: float = 0.0
     usage: Usage = Field(default_factory=Usage)

@@ -2,7 +2,7 @@
 # Set up kernelwright in ./.venv on a fresh machine.
 #   scripts/setup.sh          the tool itself (the CPU build of torch 2.13.0 unless TORCH_SPEC says otherwise)
 #   scripts/setup.sh local    plus the embedded model's runtime (llama.cpp, built portable: ~7 min on 2 cores)
-#   scripts/setup.sh test     everything the tests use (local + openai + hf extras, CUDA library headers)
+#   scripts/setup.sh test     everything the tests use (local + openai + hf + ray extras, CUDA library headers)
 # TORCH_SPEC overrides the torch requirement, e.g. TORCH_SPEC=torch==2.14.1 for the CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +17,15 @@ if [ "$what" = "local" ] || [ "$what" = "test" ]; then
     # Portable build: the native one uses AMX instructions that some virtual CPUs advertise but
     # fault on (SIGILL); --no-cache-dir so pip never reuses a native build cached earlier.
     CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install -q --no-cache-dir 'llama-cpp-python[server]>=0.3'
+  fi
+fi
+if [ "$what" = "test" ] && ! command -v chromium >/dev/null 2>&1; then
+  # The report test opens the HTML report in headless Chromium (Debian packages). Needs root (or
+  # password-less sudo); without it the test skips itself and says why.
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo -n"
+  if ! (export DEBIAN_FRONTEND=noninteractive; $sudo apt-get update -qq && \
+        $sudo apt-get install -y -qq --no-install-recommends chromium chromium-driver) >/dev/null 2>&1; then
+    echo "note: could not install chromium (apt-get); the headless-browser report test will skip" >&2
   fi
 fi
 case "$what" in

@@ -34,7 +34,7 @@ from .types import GraphTensor, OpGraph, OpInput, OpNode, Role, Source, TensorMe
 
 log = logging.getLogger(__name__)
 
-__all__ = ["build_graph", "classify", "epilogue_chains"]
+__all__ = ["build_graph", "classify", "epilogue_chains", "trace_fx"]
 
 
 def build_graph(model: nn.Module, inputs: Sequence[Any], *, allow_fallback: bool = True) -> OpGraph:
@@ -52,6 +52,13 @@ def build_graph(model: nn.Module, inputs: Sequence[Any], *, allow_fallback: bool
 
         return record_dispatch(model, inputs, reason)
     return _FxBuilder(model, gm).run(inputs)
+
+
+def trace_fx(model: nn.Module, inputs: Sequence[Any]) -> tuple[GraphModule, OpGraph]:
+    """The fx GraphModule and the OpGraph built from it (node names shared), for callers that
+    rewrite the graph (scaffolding). Raises when fx cannot trace ``forward``."""
+    gm = symbolic_trace(model)
+    return gm, _FxBuilder(model, gm).run(inputs)
 
 
 def _first_line(e: BaseException) -> str:

@@ -10,20 +10,15 @@ whose message is a single line naming the task and the stage.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
 import types
-from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import BaseModel
 
+from kernelwright.childproc import ChildTimeout, run_json_child
 from kernelwright.records import Task
 
 from .report import TaskAnalysis
@@ -44,11 +39,11 @@ class AnalysisError(Exception):
 class AnalysisJob(BaseModel):
     task_id: str
     source: str
-    path: Optional[str] = None
+    path: str | None = None
     device: str = "cpu"
     size: str = "small"
     profile: bool = True
-    roofline_device: Optional[str] = None  # None: the device the reference runs on
+    roofline_device: str | None = None  # None: the device the reference runs on
     measure_peaks: bool = True
     seed: int = 42  # the evaluator's default seed: the same parameters and inputs
     warmup: int = 3
@@ -65,51 +60,22 @@ def resolve_size(device: str, size: str) -> str:
 
 
 def analyze(task: Task, device: str = "cpu", size: str = "auto", profile: bool = True, *,
-            roofline_device: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT_S, measure_peaks: bool = True,
+            roofline_device: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, measure_peaks: bool = True,
             seed: int = 42, warmup: int = 3, iters: int = 10, full_graph: bool = False) -> TaskAnalysis:
     """Analyse ``task``'s reference in a fresh interpreter and return the record."""
     job = AnalysisJob(task_id=task.id, source=task.source, path=task.path, device=device,
                       size=resolve_size(device, size), profile=profile, roofline_device=roofline_device,
                       measure_peaks=measure_peaks, seed=seed, warmup=warmup, iters=iters, full_graph=full_graph)
-    env = dict(os.environ, KERNELWRIGHT_SIZE=job.size, PYTHONUNBUFFERED="1")
-    pkg_root = str(Path(__file__).resolve().parents[2])  # importable from a source checkout too
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.Popen([sys.executable, "-m", "kernelwright.analysis"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
     try:
-        out, err = proc.communicate(job.model_dump_json().encode(), timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc.pid)
-        proc.communicate()
-        raise AnalysisError(task.id, "timeout", f"no result within {timeout:.0f} s") from None
-    finally:
-        _kill_group(proc.pid)  # anything the task started must not outlive its analysis
-    reply = _last_json_line(out)
+        reply, code, tail = run_json_child("kernelwright.analysis", job.model_dump_json(), timeout,
+                                           {"KERNELWRIGHT_SIZE": job.size})
+    except ChildTimeout as e:
+        raise AnalysisError(task.id, "timeout", str(e)) from None
     if reply is None:
-        tail = err.decode(errors="replace").strip().splitlines()
-        raise AnalysisError(task.id, "crash", f"the analysis process exited with {proc.returncode}"
-                            + (f": {tail[-1][:300]}" if tail else ""))
+        raise AnalysisError(task.id, "crash", f"the analysis process exited with {code}" + (f": {tail}" if tail else ""))
     if not reply.get("ok"):
         raise AnalysisError(task.id, reply.get("stage", "unknown"), reply.get("error", "unknown error"))
     return TaskAnalysis.model_validate(reply["analysis"])
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _last_json_line(out: bytes) -> Optional[dict[str, Any]]:
-    for line in reversed(out.decode(errors="replace").splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                return None
-    return None
 
 
 # ---- what the child runs ----------------------------------------------------------------------

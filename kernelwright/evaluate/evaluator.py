@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from kernelwright.evaluate import sandbox
 from kernelwright.evaluate.static_checks import check_source
@@ -25,6 +25,9 @@ from kernelwright.extract import extract_code
 from kernelwright.records import EvalResult, Finding, Stage, Task, Verdict, sha256_text
 
 log = logging.getLogger(__name__)
+
+# sandbox.run_job's signature: (job, *, timeout, env, cwd) -> SandboxOutcome
+SandboxRun = Callable[..., sandbox.SandboxOutcome]
 
 DEFAULT_TIMEOUT_S = 240.0
 
@@ -98,10 +101,18 @@ def _early(verdict: Verdict, error: Optional[str], task: Task, code_hash: Option
                       stages=[Stage(name="static", seconds=0.0, ok=False, detail=verdict.value)])
 
 
-def evaluate(task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None) -> EvalResult:
-    """Evaluate a candidate (raw model text or a Python file's contents) against a task."""
-    cfg = cfg or EvalConfig()
-    cfg.device = validate_device(cfg.device, cfg.compile_only)
+@dataclass
+class Prepared:
+    """A candidate that passed the checks done in the caller's process: ready for a sandbox."""
+
+    code: str
+    code_hash: str
+    findings: list[Finding]
+
+
+def precheck(task: Task, candidate_text: str, cfg: EvalConfig) -> EvalResult | Prepared:
+    """Everything decided without running the candidate: extraction, parsing, static rules.
+    Cheap and side-effect free, so executors run it before they queue anything."""
     code = extract_code(candidate_text)
     if code is None:
         return _early(Verdict.NO_CODE, "no Python code found in the candidate", task, None, cfg)
@@ -117,14 +128,59 @@ def evaluate(task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None) 
     if strict and cfg.static_checks:
         msg = "; ".join(f"{f.rule}: {f.message}" + (f" (line {f.line})" if f.line else "") for f in strict)
         return _early(Verdict.STATIC_VIOLATION, msg, task, code_hash, cfg, findings)
+    return Prepared(code=code, code_hash=code_hash, findings=findings)
+
+
+# An executor (kernelwright.evaluate.executors) that evaluate() hands every candidate to, when one
+# is installed. Process-wide on purpose: the strategies evaluate from their own worker threads,
+# which a context variable would not reach.
+_executor: Optional[Any] = None
+
+
+def set_executor(executor: Optional[Any]) -> Optional[Any]:
+    """Install `executor` (an object with .evaluate(task, text, cfg)); returns the previous one."""
+    global _executor
+    previous, _executor = _executor, executor
+    return previous
+
+
+def evaluate(task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None) -> EvalResult:
+    """Evaluate a candidate (raw model text or a Python file's contents) against a task."""
+    cfg = cfg or EvalConfig()
+    executor = _executor
+    if executor is not None:
+        return executor.evaluate(task, candidate_text, cfg)
+    return evaluate_direct(task, candidate_text, cfg)
+
+
+def evaluate_direct(task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None,
+                    run: Optional[SandboxRun] = None) -> EvalResult:
+    """Evaluate here, in a fresh sandboxed child; `run` replaces sandbox.run_job (a worker pool
+    hands over a child it started ahead of time)."""
+    cfg = cfg or EvalConfig()
+    cfg.device = validate_device(cfg.device, cfg.compile_only)
+    pre = precheck(task, candidate_text, cfg)
+    if isinstance(pre, EvalResult):
+        return pre
 
     if cfg.device.startswith("cuda") and not cfg.compile_only and cfg.device in _suspect_gpus:
         if not sandbox.probe_gpu(cfg.device):
             raise GPUUnavailableError(cfg.device)
         _suspect_gpus.discard(cfg.device)
 
-    result = _run_in_sandbox(task, code, code_hash, cfg)
-    result.findings = findings
+    return check_gpu_after(run_prepared(task, pre, cfg, run), cfg)
+
+
+def run_prepared(task: Task, pre: Prepared, cfg: EvalConfig, run: Optional[SandboxRun] = None,
+                 prebuild: bool = False) -> EvalResult:
+    """The sandbox part of an evaluation, for a candidate that passed `precheck`."""
+    result = _run_in_sandbox(task, pre.code, pre.code_hash, cfg, run or sandbox.run_job, prebuild)
+    result.findings = pre.findings
+    return result
+
+
+def check_gpu_after(result: EvalResult, cfg: EvalConfig) -> EvalResult:
+    """After a timeout or crash on a GPU: does the GPU still answer? Raises if not."""
     if result.verdict in (Verdict.TIMEOUT, Verdict.CRASH) and cfg.device.startswith("cuda") and not cfg.compile_only:
         result.gpu_healthy = sandbox.probe_gpu(cfg.device)
         if not result.gpu_healthy:
@@ -163,14 +219,14 @@ def _environment(cfg: EvalConfig, root: Path, device: str) -> dict[str, str]:
     return env
 
 
-def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig) -> EvalResult:
-    root = cache_root(cfg)
-    workdir = tempfile.mkdtemp(prefix="kw-eval-")
-    job = {
+def make_job(task: Task, code: str, cfg: EvalConfig, workdir: str, prebuild: bool = False) -> dict[str, Any]:
+    """The job the sandbox's worker runs. `prebuild`: import the candidate (its builds run, into
+    the shared content-hash cache, exactly as a full evaluation would build them) and stop."""
+    return {
         "task_source": task.source,
         "candidate_source": code,
         # compile-only never touches a GPU: the worker runs on the CPU and only builds
-        "device": "cpu" if cfg.compile_only else cfg.device,
+        "device": "cpu" if (cfg.compile_only or prebuild) else cfg.device,
         "trials": cfg.trials,
         "seed": cfg.seed,
         "atol": cfg.atol,
@@ -178,12 +234,24 @@ def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig) -> E
         "timing": {"warmup": cfg.warmup, "iters": cfg.iters, "flush_cache": cfg.flush_cache},
         "input_sets": cfg.input_sets,
         "time": cfg.time,
-        "compile_only": cfg.compile_only,
+        "compile_only": cfg.compile_only or prebuild,
+        "prebuild": prebuild,
         "workdir": workdir,
-        "builds_root": str(root / "builds"),
+        "builds_root": str(cache_root(cfg) / "builds"),
     }
+
+
+def sandbox_env(cfg: EvalConfig) -> dict[str, str]:
+    """The environment a worker for `cfg` starts with (a pool starts its workers ahead with it)."""
+    return _environment(cfg, cache_root(cfg), cfg.device)
+
+
+def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig, run: SandboxRun,
+                    prebuild: bool = False) -> EvalResult:
+    workdir = tempfile.mkdtemp(prefix="kw-eval-")
+    job = make_job(task, code, cfg, workdir, prebuild)
     try:
-        outcome = sandbox.run_job(job, timeout=cfg.timeout, env=_environment(cfg, root, cfg.device), cwd=workdir)
+        outcome = run(job, timeout=cfg.timeout, env=sandbox_env(cfg), cwd=workdir)
     finally:
         if not cfg.keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)

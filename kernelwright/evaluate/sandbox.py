@@ -146,12 +146,20 @@ def kill_group(pid: int) -> None:
         pass
 
 
-def run_job(job: dict[str, Any], *, timeout: float, env: dict[str, str], cwd: str) -> SandboxOutcome:
-    """Run `job` in a fresh worker process; never raises for anything the candidate does."""
-    nonce = secrets.token_hex(16)
+@dataclass
+class Spawned:
+    """A worker process started before its job: it imports torch, then waits on stdin."""
+
+    proc: subprocess.Popen
+    read_fd: int
+    env: dict[str, str]
+    started: float
+
+
+def spawn(env: dict[str, str], cwd: str) -> Spawned:
+    """Start a worker that waits for its job (handed over by `run_spawned`)."""
     read_fd, write_fd = os.pipe()
     cmd = [sys.executable, "-m", "kernelwright.evaluate.worker", str(write_fd)]
-    start = time.monotonic()
     proc = subprocess.Popen(
         cmd,
         stdin=subprocess.PIPE,
@@ -163,6 +171,36 @@ def run_job(job: dict[str, Any], *, timeout: float, env: dict[str, str], cwd: st
         cwd=cwd,
     )
     os.close(write_fd)
+    return Spawned(proc=proc, read_fd=read_fd, env=env, started=time.monotonic())
+
+
+def discard(sp: Spawned) -> None:
+    """End a worker that will never get a job."""
+    kill_group(sp.proc.pid)
+    sp.proc.wait()
+    for stream in (sp.proc.stdin, sp.proc.stdout):
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
+    try:
+        os.close(sp.read_fd)
+    except OSError:
+        pass
+
+
+def run_job(job: dict[str, Any], *, timeout: float, env: dict[str, str], cwd: str) -> SandboxOutcome:
+    """Run `job` in a fresh worker process; never raises for anything the candidate does."""
+    return run_spawned(spawn(env, cwd), job, timeout=timeout)
+
+
+def run_spawned(sp: Spawned, job: dict[str, Any], *, timeout: float) -> SandboxOutcome:
+    """Hand `job` to a worker from `spawn` and wait for it; the time limit starts now."""
+    # The nonce is drawn now, after the worker started: no earlier process state can hold it.
+    nonce = secrets.token_hex(16)
+    proc, read_fd = sp.proc, sp.read_fd
+    start = time.monotonic()
     messages: list[dict[str, Any]] = []
     forged = [0]
     sink = _CappedSink()

@@ -212,8 +212,10 @@ class Worker:
         raise Finish("correct" if self.fields["custom_kernel"] else "no_custom_kernel")
 
     def _build_fn(self) -> Optional[Any]:
-        """In compile-only mode with a CPU build of torch, CUDA sources compile to objects only."""
-        if not self.job.get("compile_only"):
+        """In compile-only mode with a CPU build of torch, CUDA sources compile to objects only.
+        A pool's prebuild is not compile-only in that sense: it builds exactly as the evaluation will,
+        so the evaluation finds the build in the content-hash cache."""
+        if not self.job.get("compile_only") or self.job.get("prebuild"):
             return None
         import inspect
 
@@ -411,8 +413,14 @@ def _kill_descendants() -> None:
 
 def main() -> None:
     fd = int(sys.argv[1])
+    # Import torch before waiting for the job: a pool starts workers ahead of their candidate, so
+    # this (seconds of CPU) overlaps the previous evaluation. No candidate code has run yet.
+    import torch  # noqa: F401
+
     job = json.loads(sys.stdin.read())
     sys.stdin.close()
+    # A worker started ahead of time was started elsewhere; the job's own folder is its cwd.
+    os.chdir(job["workdir"])
     ch = Channel(fd, job.pop("nonce"))
     _become_subreaper()
     worker = Worker(job, ch)

@@ -6,10 +6,15 @@ its own seed (seed + index of its first sample) so that the extra samples differ
 has shown that it caps n, later requests are split up front. top_k and the repeat penalty are not
 in the OpenAI schema; they go in `extra_body` under the names the common servers read
 (vLLM/SGLang: repetition_penalty; llama.cpp: repeat_penalty), and servers ignore the other name.
+
+Several servers of one model (N vLLM/SGLang replicas, docs/scaling.md): list their base URLs
+separated by commas, `openai:http://a:8000/v1,http://b:8000/v1#MODEL`. Calls go round-robin over
+them, and a retry goes to the next server, so one server down slows a run instead of failing it.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -55,13 +60,18 @@ class OpenAIBackend:
         concurrency: int = 4,
         backoff_s: float = 0.25,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_urls = [u.strip().rstrip("/") for u in base_url.split(",") if u.strip()]
+        if not self.base_urls:
+            raise BackendError("openai spec names no server URL")
+        self.base_url = ",".join(self.base_urls)
         self.retries, self.backoff_s = max(0, retries), backoff_s
         self.concurrency = max(1, concurrency)
         self.timeout = timeout
-        self._client = openai.OpenAI(
-            base_url=self.base_url, api_key=api_key or api_key_from_env(), timeout=timeout, max_retries=0
-        )  # retries are ours, so that the final error can say what happened in one line
+        self._clients = [
+            openai.OpenAI(base_url=u, api_key=api_key or api_key_from_env(), timeout=timeout, max_retries=0)
+            for u in self.base_urls
+        ]  # retries are ours, so that the final error can say what happened in one line
+        self._turn = itertools.count()  # round-robin over the servers; next() is atomic in CPython
         self._max_n: int | None = None  # the most choices this server returned for one call
         self._lock = threading.Lock()
         self.model = model or self._served_model()
@@ -78,7 +88,7 @@ class OpenAIBackend:
         return cls(url, model=options.get("model") or None, **kwargs)
 
     def _served_model(self) -> str:
-        models = self._with_retries(lambda: self._client.models.list().data)
+        models = self._with_retries(lambda client: client.models.list().data)
         if not models:
             raise BackendError(f"model server at {self.base_url} serves no models; name one: openai:URL#MODEL")
         if len(models) > 1:
@@ -90,23 +100,27 @@ class OpenAIBackend:
             )
         return models[0].id
 
-    def _with_retries(self, fn: Callable[[], T]) -> T:
-        """Retries connection errors and 5xx with exponential backoff; anything else fails at once."""
+    def _with_retries(self, fn: Callable[[openai.OpenAI], T]) -> T:
+        """Retries connection errors and 5xx with exponential backoff; anything else fails at once.
+        A call starts at the next server in turn; each retry moves on to the server after."""
         attempts = self.retries + 1
+        start = next(self._turn)
         for attempt in range(attempts):
+            index = (start + attempt) % len(self._clients)
+            client, url = self._clients[index], self.base_urls[index]
             try:
-                return fn()
+                return fn(client)
             except openai.APITimeoutError:
                 raise BackendError(
-                    f"model server at {self.base_url} did not answer within {self.timeout:g} s"
+                    f"model server at {url} did not answer within {self.timeout:g} s"
                 ) from None
             except openai.APIConnectionError as e:
-                failure = f"cannot reach model server at {self.base_url}: {first_line(e.__cause__ or e)}"
+                failure = f"cannot reach model server at {url}: {first_line(e.__cause__ or e)}"
             except openai.InternalServerError as e:
-                failure = f"model server at {self.base_url} failed: HTTP {e.status_code}: {first_line(e.message)}"
+                failure = f"model server at {url} failed: HTTP {e.status_code}: {first_line(e.message)}"
             except openai.APIStatusError as e:
                 raise BackendError(
-                    f"model server at {self.base_url} refused the request: "
+                    f"model server at {url} refused the request: "
                     f"HTTP {e.status_code}: {first_line(e.message)}"
                 ) from None
             if attempt + 1 < attempts:
@@ -130,7 +144,7 @@ class OpenAIBackend:
         if extra:
             kwargs["extra_body"] = extra
         start = time.perf_counter()
-        resp = self._with_retries(lambda: self._client.chat.completions.create(**kwargs))
+        resp = self._with_retries(lambda client: client.chat.completions.create(**kwargs))
         latency = time.perf_counter() - start
         choices = list(resp.choices)[:n]
         usage = resp.usage
@@ -183,4 +197,5 @@ class OpenAIBackend:
         return results
 
     def close(self) -> None:
-        self._client.close()
+        for client in self._clients:
+            client.close()

@@ -116,6 +116,16 @@ def take_options(options: Mapping[str, str], allowed: Mapping[str, Callable[[str
     return out
 
 
+def is_embedded(spec: str | ModelSpec | None) -> bool:
+    """Whether a spec names one of the embedded small models (the default when None): the
+    models scaffolded generation is on by default for."""
+    try:
+        parsed = parse_spec(spec or local_model.DEFAULT_MODEL) if not isinstance(spec, ModelSpec) else spec
+    except Exception:  # noqa: BLE001 -- an unparsable spec is reported by make_backend, not here
+        return False
+    return parsed.backend == "embedded" or parsed.target in local_model.MODELS
+
+
 def make_backend(spec: str | ModelSpec | None = None) -> Backend:
     """The backend a spec names; None means the default embedded model on the best device here."""
     parsed = parse_spec(spec or local_model.DEFAULT_MODEL) if not isinstance(spec, ModelSpec) else spec

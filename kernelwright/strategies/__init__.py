@@ -54,7 +54,14 @@ def run_regime(task: Task, backend: Backend, config: RegimeConfig, eval_config: 
         faster=bool(best and best.eval.faster),
         custom_kernel=bool(best and best.eval.custom_kernel),
         route=f"{route['regime']}: {route['reason']}" if route else None,
+        scaffold=_scaffold_line(ctx.notes.get("scaffold")),
         turns=1 + max((a.turn for a in ctx.attempts), default=0),
         wall_s=round(time.monotonic() - started, 2),
         usage=ctx.usage,
     )
+
+
+def _scaffold_line(note: Optional[dict[str, Any]]) -> Optional[str]:
+    if not note:
+        return None
+    return ("region: " if note.get("available") else "none (whole programs): ") + str(note.get("reason", ""))

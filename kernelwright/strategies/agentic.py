@@ -81,5 +81,5 @@ def run(ctx: RunContext) -> None:
         if c.has("no_feedback_analyzer"):
             advice = report
         else:
-            advice = ctx.ask("feedback_analyzer", prompts.render("feedback_analyzer", code=best_code or best.raw_response,
+            advice = ctx.ask("feedback_analyzer", prompts.render("feedback_analyzer", fence=vars_["fence"], code=best_code or best.raw_response,
                                                                  report=report), turn=turn).strip() + "\n\n" + report

@@ -24,6 +24,7 @@ from kernelwright.records import Attempt, EvalResult, Stage, Task, Usage, Verdic
 from kernelwright.strategies.config import RegimeConfig
 
 if TYPE_CHECKING:
+    from kernelwright.scaffold import Scaffold
     from kernelwright.strategies.facts import PromptFacts
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,11 @@ log = logging.getLogger(__name__)
 TARGET_NAMES = {"cuda": "CUDA", "triton": "Triton", "cpp": "C++ (CPU)"}
 
 ProgressFn = Callable[[dict[str, Any]], None]
+
+
+def _fence(language: str) -> str:
+    """The code-fence tag for a region's language (what the model is asked to answer in)."""
+    return {"cuda": "cuda", "cpp": "cpp"}.get(language, "python")
 
 
 @dataclass
@@ -49,6 +55,7 @@ class RunContext:
     # uses the recorded one (profiler times differ run to run, and they appear in prompts).
     analysis_provider: Optional[Callable[[Task], Any]] = None
     _analysis: Any = None
+    _scaffold: Any = None  # False once looked up and absent
 
     def analysis(self) -> "PromptFacts":
         if self._analysis is None:
@@ -58,6 +65,29 @@ class RunContext:
             got = provider(self.task)
             self._analysis = got if isinstance(got, PromptFacts) else PromptFacts.from_analysis(got)
         return self._analysis
+
+    def scaffold(self) -> Optional["Scaffold"]:
+        """The task's scaffold in this target when the config asks for one and the task has a
+        fusible region; None otherwise (the regime then asks for whole programs). Why there is
+        none is recorded in the cell's notes."""
+        if not self.config.scaffold:
+            return None
+        if self._scaffold is None:
+            from kernelwright.analysis.runner import resolve_size
+            from kernelwright.scaffold import ScaffoldError, build
+
+            size = resolve_size("cpu" if self.eval_config.device == "cpu" else "cuda", self.eval_config.size)
+            try:
+                sc = build(self.task, self.target, size, device=self.eval_config.device)
+            except ScaffoldError as e:
+                self.notes["scaffold"] = {"available": False, "reason": str(e)}
+                self._scaffold = False
+                return None
+            self.notes["scaffold"] = {"available": sc.available, "reason": sc.reason}
+            self._scaffold = sc if sc.available else False
+            if not sc.available:
+                self.progress({"event": "scaffold", "available": False, "reason": sc.reason})
+        return self._scaffold or None
 
     # -- prompts -------------------------------------------------------------------------------
 
@@ -69,8 +99,15 @@ class RunContext:
         return prompts.render("system", ambition=self.config.has("ambition"))
 
     def task_vars(self) -> dict[str, Any]:
+        sc = self.scaffold()
+        region = None
+        if sc is not None:
+            seg = sc.segment
+            region = {"kernel_view": sc.kernel_view.strip("\n"), "variables": sc.variables,
+                      "torch_lines": seg.torch_lines, "module_notes": seg.module_notes, "op_notes": seg.op_notes}
         return {"task_source": self.task.source.strip(), "target": self.target,
-                "target_name": TARGET_NAMES[self.target], "ambition": self.config.has("ambition")}
+                "target_name": TARGET_NAMES[self.target], "ambition": self.config.has("ambition"),
+                "scaffold": region, "fence": _fence(sc.language) if sc is not None else "python"}
 
     def messages(self, user: str) -> tuple[ChatMessage, ...]:
         return (ChatMessage(role="system", content=self.system()), ChatMessage(role="user", content=user))
@@ -113,10 +150,10 @@ class RunContext:
         gen_s = (time.monotonic() - started) / max(1, len(completions))
         prepared = [self._prepare(c) for c in completions]
         # Evaluate the repaired program where grounding changed something, else the extracted one.
-        results = self._evaluate_all([g.code if g is not None else code for code, g in prepared], turn)
+        results = self._evaluate_all([g.code if g is not None else code for code, g, _ in prepared], turn)
         out = []
-        for i, (comp, (code, grounding), result) in enumerate(zip(completions, prepared, results)):
-            attempt = self._attempt(messages, comp, code, grounding, result, turn, i, gen_s, notes)
+        for i, (comp, (code, grounding, extra), result) in enumerate(zip(completions, prepared, results)):
+            attempt = self._attempt(messages, comp, code, grounding, result, turn, i, gen_s, {**(notes or {}), **extra})
             self.attempts.append(attempt)
             self.sink(attempt)
             self.progress({"event": "verdict", "turn": turn, "sample": i, "n": n, "verdict": result.verdict.value,
@@ -126,13 +163,27 @@ class RunContext:
 
     # -- the pipeline ----------------------------------------------------------------------------
 
-    def _prepare(self, comp: Completion) -> tuple[Optional[str], Any]:
-        code = extract_code(comp.text)
+    def _prepare(self, comp: Completion) -> tuple[Optional[str], Any, dict[str, Any]]:
+        """(program, grounding report, notes): the answer's code block, or under a scaffold the
+        answer spliced into the scaffold's region (the model's text stays in raw_response)."""
+        sc = self.scaffold()
+        extra: dict[str, Any] = {}
+        if sc is not None:
+            from kernelwright.scaffold import assemble
+
+            assembly = assemble(sc, comp.text)
+            code: Optional[str] = assembly.code
+            extra["scaffold"] = {"region": assembly.region, "repairs": assembly.repairs, "empty": assembly.empty,
+                                 "kind": sc.segment.kind.value, "reason": sc.reason}
+        else:
+            code = extract_code(comp.text)
+            if self.config.scaffold:  # asked for, but this task has none: say so on every attempt
+                extra["scaffold"] = {"available": False, "reason": self.notes.get("scaffold", {}).get("reason", "")}
         if code is None or self.config.has("no_grounding"):
-            return code, None
+            return code, None, extra
         from kernelwright.evaluate.grounding import ground
 
-        return code, ground(code, self.target)
+        return code, ground(code, self.target), extra
 
     def _evaluate_all(self, codes: list[Optional[str]], turn: int) -> list[EvalResult]:
         def one(job: tuple[int, Optional[str]]) -> EvalResult:

@@ -38,13 +38,17 @@ class RegimeConfig(BaseModel):
     early_stop: bool = True  # stop once a turn yields a correct custom kernel faster beyond noise
     target: str = "cpp"  # cuda | triton | cpp
     eval_workers: int = 1  # candidates evaluated at once (timing on one device stays serial in the pool)
+    # Scaffolded generation (kernelwright/scaffold): the system writes the program, the model only
+    # the marked region. On by default for the embedded model (the CLI decides), off here so a
+    # config built in code means what it says.
+    scaffold: bool = False
 
     def has(self, ablation: str) -> bool:
         return ablation in self.ablations
 
     @property
     def spec(self) -> str:
-        parts = [self.name, *self.ablations]
+        parts = [self.name, *self.ablations] + (["scaffold"] if self.scaffold else [])
         if self.n is not None:
             parts.append(f"n={self.n}")
         if self.turns is not None:
@@ -57,7 +61,8 @@ class RegimeConfig(BaseModel):
 
 
 def parse_regime(spec: str, **defaults: object) -> RegimeConfig:
-    """`agentic`, `agentic+no_retrieval`, `agentic+n=8+single_turn`, `iterative+turns=5`."""
+    """`agentic`, `agentic+no_retrieval`, `agentic+n=8+single_turn`, `iterative+turns=5`,
+    `zero_shot+scaffold`, `guided+no_scaffold` (those two override the caller's default)."""
     name, *mods = [p.strip() for p in spec.strip().split("+") if p.strip()] or [""]
     if name not in REGIME_NAMES:
         raise RegimeError(f"unknown regime {name!r}: choose from {', '.join(REGIME_NAMES)}")
@@ -72,8 +77,10 @@ def parse_regime(spec: str, **defaults: object) -> RegimeConfig:
                 fields[key] = float(value) if key == "temperature" else int(value)
             except ValueError:
                 raise RegimeError(f"{key} needs a number in {spec!r}") from None
+        elif mod in ("scaffold", "no_scaffold"):
+            fields["scaffold"] = mod == "scaffold"
         elif mod in ABLATIONS:
             ablations.append(mod)
         else:
-            raise RegimeError(f"unknown ablation {mod!r}: choose from {', '.join(ABLATIONS)}")
+            raise RegimeError(f"unknown ablation {mod!r}: choose from {', '.join(ABLATIONS + ('scaffold', 'no_scaffold'))}")
     return RegimeConfig(name=name, ablations=tuple(ablations), **fields)  # type: ignore[arg-type]

@@ -43,4 +43,9 @@ def report(a: Attempt) -> str:
 
 
 def best_code(a: Attempt) -> str:
+    """What the model is shown of an earlier attempt: under a scaffold only its region (the rest
+    is the system's and the model is not asked to touch it), else the whole evaluated program."""
+    scaffold = a.notes.get("scaffold")
+    if scaffold and "region" in scaffold:
+        return scaffold["region"].strip()
     return (a.repaired_code or a.code or "").strip()

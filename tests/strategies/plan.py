@@ -27,6 +27,12 @@ PLAN = {
     "iterative+turns=2": [L1, L3],
     "agentic+n=2+turns=2": [L2],
     "routed+n=2+turns=2": [L1, L2],
+    # the same regimes under a scaffold (docs/scaffold.md): the model writes only the region
+    "zero_shot+scaffold": [L1, L2, L3],
+    "guided+scaffold": [L2],
+    "iterative+turns=2+scaffold": [L1, L2],
+    "agentic+n=2+turns=2+scaffold": [L2],
+    "routed+n=2+turns=2+scaffold": [L1],
 }
 REGIMES = list(PLAN)
 TASKS = [L1, L2, L3]
@@ -41,4 +47,14 @@ def eval_config(cache_dir: str | None = None) -> EvalConfig:
 
 
 def transcript(spec: str) -> Path:
-    return TRANSCRIPTS / (spec.split("+")[0] + ".jsonl")
+    scaffold = "_scaffold" if "scaffold" in spec.split("+") else ""
+    return TRANSCRIPTS / (spec.split("+")[0] + scaffold + ".jsonl")
+
+
+def selected(argv: list[str]) -> list[str]:
+    """Specs named on the command line: a full spec, a regime name (its plain variant) or
+    `scaffold` (every scaffolded variant); nothing named: all."""
+    if not argv:
+        return list(REGIMES)
+    return [s for s in REGIMES if s in argv or ("scaffold" in argv and "scaffold" in s.split("+"))
+            or (s.split("+")[0] in argv and "scaffold" not in s.split("+"))]

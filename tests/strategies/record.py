@@ -51,7 +51,7 @@ class Reusing:
 
 
 def main(argv: list[str]) -> None:
-    specs = [s for s in plan.REGIMES if not argv or s.split("+")[0] in argv]
+    specs = plan.selected(argv)
     provider = folder_provider(plan.FACTS, device="cpu", record=True)
     for spec in specs:
         plan.transcript(spec).unlink(missing_ok=True)

@@ -22,3 +22,19 @@ def test_config_hash_changes_with_what_matters():
     a, b = parse_regime("agentic"), parse_regime("agentic+n=2")
     assert a.config_hash("m") != b.config_hash("m") != a.config_hash("other")
     assert a.config_hash("m") == parse_regime("agentic").config_hash("m")
+
+
+def test_scaffold_default_and_overrides():
+    assert parse_regime("zero_shot").scaffold is False
+    assert parse_regime("zero_shot", scaffold=True).scaffold is True  # the CLI's default for embedded models
+    assert parse_regime("zero_shot+no_scaffold", scaffold=True).scaffold is False
+    on = parse_regime("iterative+scaffold+turns=2")
+    assert on.scaffold and on.spec == "iterative+scaffold+turns=2"
+    assert on.config_hash("m") != parse_regime("iterative+turns=2").config_hash("m")
+
+
+def test_embedded_models_get_scaffolds_by_default():
+    from kernelwright.llm.registry import is_embedded
+
+    assert is_embedded(None) and is_embedded("qwen2.5-coder-0.5b")
+    assert not is_embedded("openai:http://localhost:8000/v1=some-model")

@@ -9,7 +9,8 @@ from kernelwright import prompts
 
 
 def base(**kw):
-    v = dict(task_source="class Model: ...", target="cuda", target_name="CUDA", ambition=False)
+    v = dict(task_source="class Model: ...", target="cuda", target_name="CUDA", ambition=False, scaffold=None,
+             fence="python")
     v.update(kw)
     return v
 

@@ -40,6 +40,11 @@ def test_regime_runs_end_to_end_on_replay(spec, build_cache):
             assert len(logged) == 1
         if config.name == "agentic":
             assert all(len([a for a in logged if a.turn == t]) == 2 for t in turns)
+        if config.scaffold:
+            # the model answered for the region only; its text, the region used and the assembled
+            # program are all on the record
+            assert all(a.notes["scaffold"]["region"] is not None and "REGION BEGIN" in a.code for a in logged)
+            assert all("REGION BEGIN" in a.messages[-1]["content"] for a in logged)
         if config.name == "routed":
             shape = provider(task).shape
             assert cell.route and cell.route.startswith(RULES[shape][0])

@@ -1,0 +1,1 @@
+"""Running kernelwright's evaluations on more than one machine (Ray)."""

@@ -1,0 +1,376 @@
+"""EvalPool: evaluate many candidates fast on one machine, with the evaluator's guarantees intact.
+
+    with EvalPool(PoolConfig(devices=["cuda:0", "cuda:1"])) as pool:
+        futures = [pool.submit(task, text, cfg) for task, text in candidates]
+        results = [f.result() for f in futures]
+
+How the work flows, and why:
+- In the caller: extraction, parsing and the static rules (`precheck`) - cheap, no process.
+- Exact duplicates (same task, code and settings) are evaluated once; each gets a copy (dedupe.py).
+- A candidate that builds an extension (load_inline/load) first goes to a *compile slot*: a
+  sandboxed child imports it with nothing else (a "prebuild"), so its build lands in the shared
+  content-hash cache (instrument.py: keyed by sources, flags, arch and torch version, flock per
+  key) exactly as the evaluation would build it. Compile slots run on the CPU cores in parallel
+  while the device slots evaluate what is already built. A build that fails decides the verdict
+  there (compile_error / hallucinated_api: the evaluation would stop at the same import); any
+  other outcome (built, timed out, crashed) goes on to a full evaluation, which decides.
+- One *device slot* per device runs full evaluations one at a time, so timings never overlap.
+- Every evaluation is still a fresh interpreter (sandbox.py): a slot is reused across candidates,
+  its processes are not. What a slot keeps warm is the next process, started ahead with torch
+  already imported, so the import is off the critical path. A slot is recycled (spare discarded,
+  its own stale build locks removed) after a timeout, a crash or a CUDA error, so nothing started
+  next to a bad kernel serves the next candidate.
+- Each slot has its own TORCH_EXTENSIONS_DIR and TRITON_CACHE_DIR (a killed sibling's FileBaton
+  lock cannot block it), MAX_JOBS so the compile slots together use the cores and no more, and
+  TORCH_CUDA_ARCH_LIST = the capability of the GPU the candidate will run on (the same string the
+  worker sets, so the build keys match).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Optional
+
+from kernelwright.evaluate import sandbox
+from kernelwright.evaluate.dedupe import LinkTable, result_key
+from kernelwright.evaluate.evaluator import (
+    EvalConfig,
+    GPUUnavailableError,
+    Prepared,
+    check_gpu_after,
+    precheck,
+    run_prepared,
+    validate_device,
+)
+from kernelwright.records import EvalResult, Stage, Task, Verdict
+
+log = logging.getLogger(__name__)
+
+# A prebuild that ends with one of these decided the candidate: the evaluation would stop at the
+# same import with the same build error.
+BUILD_VERDICTS = (Verdict.COMPILE_ERROR, Verdict.HALLUCINATED_API)
+# Text of a CUDA error in a candidate's runtime error: the slot is recycled after it.
+CUDA_ERROR_MARKS = ("CUDA error", "cudaError", "illegal memory access", "device-side assert", "CUBLAS_STATUS",
+                    "misaligned address", "unspecified launch failure")
+
+
+def available_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def builds_extension(code: str) -> bool:
+    """Whether a prebuild can do anything: only torch extension builds are cached ahead. (Triton
+    compiles at a kernel's first launch, on the device: there is nothing to build before.)"""
+    return "load_inline" in code or "cpp_extension" in code
+
+
+def cuda_arch(device: str) -> str:
+    """The capability of `device` as the worker writes it ("9.0" on an H200), asked of a child
+    process so this one never creates a CUDA context."""
+    index = int(device.split(":")[1]) if ":" in device else 0
+    code = f"import torch; print('%d.%d' % torch.cuda.get_device_capability({index}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise GPUUnavailableError(device)
+    return out.stdout.strip().splitlines()[-1]
+
+
+@dataclass
+class PoolConfig:
+    devices: list[str] = field(default_factory=lambda: ["cpu"])
+    compile_workers: int = 0  # 0: half the cores, at most 8, at least 1
+    prewarm: bool = True  # keep the next worker process started (torch imported) in every slot
+    dedupe: bool = True
+    prebuild: bool = True  # False: every build happens in the device slot (one at a time)
+    scratch: Optional[str] = None  # slot folders; default: a fresh folder under the build cache
+
+
+@dataclass
+class PoolStats:
+    submitted: int = 0
+    decided_before_sandbox: int = 0  # no code, syntax, static rules
+    linked_duplicates: int = 0
+    prebuilt: int = 0
+    decided_at_build: int = 0
+    evaluated: int = 0
+    recycled: int = 0  # filled by EvalPool.snapshot()
+
+
+class Slot:
+    """One worker of the pool: its folders, its environment additions and its warm spare.
+    `run` has sandbox.run_job's signature, so the evaluator runs its job through it."""
+
+    def __init__(self, name: str, home: Path, max_jobs: int, prewarm: bool, overlap: bool,
+                 extra_env: Optional[dict[str, str]] = None) -> None:
+        self.name, self.home, self.max_jobs = name, home, max_jobs
+        self.prewarm, self.overlap = prewarm, overlap
+        self.extra_env = dict(extra_env or {})
+        self.home.mkdir(parents=True, exist_ok=True)
+        self._spare: Optional[sandbox.Spawned] = None
+        self.recycled = 0
+
+    def env_for(self, env: dict[str, str]) -> dict[str, str]:
+        out = dict(env)
+        out.update({
+            "TORCH_EXTENSIONS_DIR": str(self.home / "torch_extensions"),
+            "TRITON_CACHE_DIR": str(self.home / "triton"),
+            "MAX_JOBS": str(self.max_jobs),
+        })
+        out.update(self.extra_env)
+        return out
+
+    def run(self, job: dict[str, Any], *, timeout: float, env: dict[str, str], cwd: str) -> sandbox.SandboxOutcome:
+        env = self.env_for(env)
+        sp = self._take_spare(env)
+        if sp is None:
+            sp = sandbox.spawn(env, str(self.home))
+        if self.prewarm and self.overlap:
+            # start the next one now: its torch import overlaps this evaluation (GPU or build)
+            self._spare = sandbox.spawn(env, str(self.home))
+        outcome = sandbox.run_spawned(sp, job, timeout=timeout)
+        if needs_recycle(outcome):
+            self.recycle()
+        if self.prewarm and self._spare is None:
+            # on a CPU device the import would compete with the timing: start it after
+            self._spare = sandbox.spawn(env, str(self.home))
+        return outcome
+
+    def _take_spare(self, env: dict[str, str]) -> Optional[sandbox.Spawned]:
+        sp, self._spare = self._spare, None
+        if sp is None:
+            return None
+        if sp.env != env or sp.proc.poll() is not None:  # other settings, or it died waiting
+            sandbox.discard(sp)
+            return None
+        return sp
+
+    def recycle(self) -> None:
+        """After a bad candidate: nothing started beside it serves the next one."""
+        self.recycled += 1
+        self.discard_spare()
+        ext = self.home / "torch_extensions"
+        # our own builds only: the process that held these FileBaton locks is dead
+        for lock in ext.glob("*/lock") if ext.is_dir() else []:
+            lock.unlink(missing_ok=True)
+
+    def discard_spare(self) -> None:
+        sp, self._spare = self._spare, None
+        if sp is not None:
+            sandbox.discard(sp)
+
+
+def needs_recycle(outcome: sandbox.SandboxOutcome) -> bool:
+    if outcome.timed_out or outcome.final is None:
+        return True
+    final = outcome.final
+    text = f"{final.get('error') or ''}"
+    return final.get("verdict") == "runtime_error" and any(m in text for m in CUDA_ERROR_MARKS)
+
+
+@dataclass
+class _Job:
+    task: Task
+    pre: Prepared
+    cfg: EvalConfig
+    fut: Future
+    key: Optional[str]
+    prebuild_s: float = 0.0
+
+
+_STOP = object()
+
+
+class EvalPool:
+    def __init__(self, config: Optional[PoolConfig] = None) -> None:
+        self.config = config or PoolConfig()
+        devices = [d.strip().lower() for d in self.config.devices]
+        if not devices:
+            raise ValueError("EvalPool needs at least one device")
+        self.cores = available_cores()
+        n_compile = self.config.compile_workers or max(1, min(8, self.cores // 2))
+        self._scratch = Path(self.config.scratch or tempfile.mkdtemp(prefix="kw-pool-"))
+        self._own_scratch = self.config.scratch is None
+        self._arch: dict[str, str] = {}
+        self.stats = PoolStats()
+        self._links = LinkTable()
+        self._lock = threading.Lock()
+        self._lost: set[str] = set()
+        self._compile_q: queue.Queue = queue.Queue()
+        self._device_q: dict[str, queue.Queue] = {}
+        self._compile_threads: list[tuple[queue.Queue, threading.Thread]] = []
+        self._device_threads: list[tuple[queue.Queue, threading.Thread]] = []
+        self._slots: list[Slot] = []
+        cuda = any(d.startswith("cuda") for d in devices)
+        # The compile slots share the cores: MAX_JOBS each so ninja never runs more than the cores.
+        per_build = max(1, self.cores // n_compile)
+        for i in range(n_compile if self.config.prebuild else 0):
+            # Builds never need a GPU: hiding it keeps a candidate's import-time CUDA calls off the
+            # GPUs the device slots are timing on.
+            hide = {"CUDA_VISIBLE_DEVICES": ""} if cuda else {}
+            slot = Slot(f"compile{i}", self._scratch / f"compile{i}", per_build, self.config.prewarm,
+                        overlap=True, extra_env=hide)
+            self._start(slot, self._compile_q, self._prebuild_one)
+        for d in devices:
+            d = _queue_name(d)
+            self._device_q[d] = queue.Queue()
+            # a device slot builds only what a prebuild could not (rare): one job is enough
+            slot = Slot(d.replace(":", ""), self._scratch / d.replace(":", ""), 1, self.config.prewarm,
+                        overlap=d.startswith("cuda"))
+            self._start(slot, self._device_q[d], self._evaluate_one)
+
+    # -- public ---------------------------------------------------------------------------------
+
+    def submit(self, task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None) -> Future:
+        """Queue one candidate; the Future gives its EvalResult (or GPUUnavailableError)."""
+        cfg = replace(cfg or EvalConfig())
+        cfg.device = validate_device(cfg.device, cfg.compile_only)
+        if _queue_name(cfg.device) not in self._device_q:
+            raise ValueError(f"device {cfg.device} is not in this pool ({', '.join(self._device_q)})")
+        with self._lock:
+            self.stats.submitted += 1
+        pre = precheck(task, candidate_text, cfg)
+        if isinstance(pre, EvalResult):
+            with self._lock:
+                self.stats.decided_before_sandbox += 1
+            done: Future = Future()
+            done.set_result(pre)
+            return done
+        key = result_key(task, pre.code_hash, cfg) if self.config.dedupe else None
+        if key is not None:
+            mine, work = self._links.claim(key)
+            if work is None:
+                with self._lock:
+                    self.stats.linked_duplicates += 1
+                return mine
+        else:
+            mine = work = Future()
+        job = _Job(task=task, pre=pre, cfg=cfg, fut=work, key=key)
+        if self.config.prebuild and not cfg.compile_only and builds_extension(pre.code):
+            self._compile_q.put(job)
+        else:
+            self._device_q[_queue_name(cfg.device)].put(job)
+        return mine
+
+    def evaluate(self, task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None) -> EvalResult:
+        """The executor interface: blocking, safe to call from many threads at once."""
+        return self.submit(task, candidate_text, cfg).result()
+
+    def snapshot(self) -> PoolStats:
+        with self._lock:
+            return replace(self.stats, recycled=sum(s.recycled for s in self._slots))
+
+    def close(self) -> None:
+        """Stop the slots. Jobs still queued are cancelled (their callers get CancelledError):
+        closing early means the caller stopped waiting (an interrupted study)."""
+        for q in [self._compile_q, *self._device_q.values()]:
+            while True:
+                try:
+                    job = q.get_nowait()
+                except queue.Empty:
+                    break
+                if job is not _STOP:
+                    job.fut.cancel()
+        # compile slots first: a prebuild that finishes now still hands its job to a device slot
+        for group in (self._compile_threads, self._device_threads):
+            for q, _t in group:
+                q.put(_STOP)
+            for _q, t in group:
+                t.join()
+        if self._own_scratch:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def __enter__(self) -> EvalPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- slots ------------------------------------------------------------------------------------
+
+    def _start(self, slot: Slot, q: queue.Queue, handle) -> None:
+        def loop() -> None:
+            try:
+                while True:
+                    job = q.get()
+                    if job is _STOP:
+                        return
+                    try:
+                        result = handle(slot, job)
+                    except _Handed:
+                        continue
+                    except BaseException as e:  # noqa: BLE001 - the caller's future carries it
+                        if job.key is not None:
+                            self._links.forget(job.key)
+                        job.fut.set_exception(e)
+                    else:
+                        job.fut.set_result(result)
+            finally:
+                slot.discard_spare()
+
+        self._slots.append(slot)
+        t = threading.Thread(target=loop, name=f"kw-pool-{slot.name}", daemon=True)
+        t.start()
+        (self._compile_threads if q is self._compile_q else self._device_threads).append((q, t))
+
+    def _arch_for(self, device: str) -> str:
+        with self._lock:
+            if device not in self._arch:
+                self._arch[device] = cuda_arch(device)
+            return self._arch[device]
+
+    def _prebuild_one(self, slot: Slot, job: _Job) -> EvalResult:
+        cfg = job.cfg
+        if cfg.device.startswith("cuda"):
+            # the build key includes the arch: build for the GPU the candidate will run on
+            cfg = replace(cfg, extra_env={**cfg.extra_env, "TORCH_CUDA_ARCH_LIST": self._arch_for(cfg.device)})
+        built = run_prepared(job.task, job.pre, cfg, slot.run, prebuild=True)
+        with self._lock:
+            self.stats.prebuilt += 1
+        if built.verdict in BUILD_VERDICTS:
+            with self._lock:
+                self.stats.decided_at_build += 1
+            return built
+        # Built (or something the evaluation must judge itself): on to the device slot, which
+        # fills this job's future; _Handed tells the loop not to.
+        job.prebuild_s = sum(s.seconds for s in built.stages)
+        self._device_q[_queue_name(job.cfg.device)].put(job)
+        raise _Handed()
+
+    def _evaluate_one(self, slot: Slot, job: _Job) -> EvalResult:
+        device = job.cfg.device
+        if device in self._lost:
+            raise GPUUnavailableError(device)
+        result = run_prepared(job.task, job.pre, job.cfg, slot.run)
+        with self._lock:
+            self.stats.evaluated += 1
+        if job.prebuild_s:
+            # the build happened in a compile slot: its time belongs to this candidate
+            result.stages.insert(0, Stage(name="prebuild", seconds=round(job.prebuild_s, 4), ok=True,
+                                          detail="compile slot"))
+        try:
+            return check_gpu_after(result, job.cfg)
+        except GPUUnavailableError:
+            self._lost.add(device)
+            raise
+
+
+def _queue_name(device: str) -> str:
+    """`cuda` and `cuda:0` are one GPU (validate_device keeps `cuda` as is in compile-only mode)."""
+    return "cuda:0" if device == "cuda" else device
+
+
+class _Handed(Exception):
+    """A prebuild passed its job on to a device slot; nothing to settle yet."""

@@ -1,0 +1,53 @@
+"""The wall-clock budget of one `optimize` run, and the backend wrapper that enforces it.
+
+The regimes already stop early per turn once a candidate is the goal; what they do not know is
+the clock. Rather than thread a deadline through every regime, the model is wrapped: a request
+made after the deadline raises BudgetSpent instead of generating, which ends the regime where it
+stands. Every attempt already made has reached the runner's sink, so nothing is lost. Work in
+flight when the deadline passes (one generation, one evaluation) finishes: both are bounded,
+by the decoding budget and the evaluator's timeout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kernelwright.llm.base import Backend, Completion, GenerationRequest
+
+
+class BudgetSpent(Exception):
+    """The wall-clock budget ran out before a model request."""
+
+
+@dataclass
+class Budget:
+    minutes: float
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def deadline(self) -> float:
+        return self.started + 60.0 * self.minutes
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def spent(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+
+class BudgetedBackend:
+    """A backend that refuses to start a generation once the budget is spent."""
+
+    def __init__(self, inner: Backend, budget: Budget) -> None:
+        self.inner, self.budget = inner, budget
+        self.model = inner.model  # the config hash and the replay key use the inner model's name
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+        if self.budget.spent():
+            raise BudgetSpent(f"budget of {self.budget.minutes:g} min spent")
+        return self.inner.generate(requests)

@@ -1,0 +1,75 @@
+"""The live progress display of `optimize` (rich, on stderr): current step, verdict counts,
+elapsed time and budget left, refreshed four times a second; one permanent line per event worth
+keeping (route, each verdict). Off a terminal (CI, a pipe) only the permanent lines are printed."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Optional
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+
+from kernelwright.optimize.budget import Budget
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m}:{s:02d}"
+
+
+class Display:
+    def __init__(self, console: Console, budget: Budget) -> None:
+        self.console, self.budget = console, budget
+        self.step = "checking the input"
+        self.verdicts: Counter[str] = Counter()
+        self.round = 0
+        self.live: Optional[Live] = None
+
+    def __enter__(self) -> "Display":
+        if self.console.is_terminal:
+            self.live = Live(console=self.console, get_renderable=self.render, refresh_per_second=4, transient=True)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+            self.live = None
+
+    def render(self) -> Group:
+        counts = ", ".join(f"{v} {k}" for k, v in self.verdicts.most_common()) or "none yet"
+        return Group(Text(f"▶ {self.step}", style="bold cyan"),
+                     Text(f"  verdicts: {counts}"),
+                     Text(f"  elapsed {_clock(self.budget.elapsed())} · budget left {_clock(self.budget.left())} "
+                          f"of {self.budget.minutes:g} min · round {self.round + 1}", style="dim"))
+
+    def say(self, line: str) -> None:
+        """A permanent line (above the live block on a terminal)."""
+        self.console.print(f"[dim]{_clock(self.budget.elapsed())}[/] {line}", highlight=False, soft_wrap=True)
+
+    def __call__(self, e: dict[str, Any]) -> None:
+        kind = e.get("event")
+        if kind == "step":
+            self.step = e["step"]
+            self.say(e["step"])
+        elif kind == "round":
+            self.round = e["round"]
+            if e["round"]:
+                self.say(f"round {e['round'] + 1}: no candidate reached the goal yet; sampling again with a new seed")
+        elif kind == "route":
+            self.say(f"routed to {e['regime']}: {e['reason']}")
+        elif kind == "scaffold":
+            self.say(f"no scaffold: {e['reason']}")
+        elif kind == "role":
+            self.step = f"turn {e['turn']}: {e['role']} (model)"
+        elif kind == "generate":
+            self.step = f"turn {e['turn']}: generating {e['n']} candidate(s)"
+        elif kind == "evaluate":
+            self.step = f"turn {e['turn']}: candidate {e['sample'] + 1}/{e['n']}: compiling, checking, timing"
+        elif kind == "verdict":
+            self.verdicts[e["verdict"]] += 1
+            speed = f" speedup {e['speedup']:.3g}x" if e.get("speedup") is not None else ""
+            custom = "" if e.get("custom") or e["verdict"] != "correct" else " (no custom code)"
+            self.say(f"turn {e['turn']} candidate {e['sample'] + 1}/{e['n']}: {e['verdict']}{speed}{custom}")

@@ -1,0 +1,145 @@
+"""One `optimize` run: profile, time the baselines, search within the budget, keep the best.
+
+profile (analysis: graph shape for routing, roofline floor for the report)
+  -> baseline (eager and torch.compile, child process)
+  -> rounds of the regime (routed by default) until a candidate is the goal — correct, custom
+     code ran, faster beyond noise — or the budget or the round limit is reached
+  -> the ranking key's pick over every attempt of every round (strategies/selection.py)
+  -> output folder: model_new.py, report.md, report.html, attempts.jsonl, summary.json
+
+A round is one full regime run. Later rounds change the seed and sample at temperature 0.7 so a
+greedy regime (guided) does not repeat its first answer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from kernelwright.evaluate import EvalConfig, EvaluatorError, GPUUnavailableError
+from kernelwright.llm.base import Backend, BackendError, first_line
+from kernelwright.optimize import baseline as baseline_mod
+from kernelwright.optimize.budget import Budget, BudgetedBackend, BudgetSpent
+from kernelwright.optimize.inputs import InputError
+from kernelwright.optimize.records import (EXIT_BAD_INPUT, EXIT_FASTER, EXIT_GPU_GONE, EXIT_INTERRUPTED,
+                                           EXIT_NOT_FASTER, Baseline, Options, Outcome)
+from kernelwright.records import Attempt, Task
+from kernelwright.strategies import parse_regime, run_regime, selection
+from kernelwright.strategies.base import ProgressFn
+from kernelwright.strategies.facts import PromptFacts
+
+LATER_ROUND_TEMPERATURE = 0.7
+MIN_BASELINE_S = 30.0
+OUTPUT_FILES = ("model_new.py", "report.md", "report.html", "attempts.jsonl", "summary.json")
+
+def _facts(task: Task, analysis, facts_path: Optional[Path]) -> PromptFacts:
+    """The facts the prompts show. A stored file wins (a replayed run must see the recorded
+    profile times byte for byte); a missing one is written, which is how it gets recorded."""
+    if facts_path is not None and facts_path.is_file():
+        return PromptFacts.load(facts_path)
+    facts = PromptFacts.from_analysis(analysis)
+    if facts_path is not None:
+        facts.save(facts_path)
+    return facts
+
+def kept_code(a: Attempt) -> str:
+    return (a.repaired_code or a.code or "").rstrip() + "\n"
+
+def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget: Budget, *,
+             outputs: Optional[list[str]] = None, progress: ProgressFn = lambda e: None,
+             facts_path: Optional[Path] = None) -> tuple[Outcome, list[Attempt]]:
+    from kernelwright.analysis import AnalysisError, analyze
+    from kernelwright.optimize import report
+
+    for name in OUTPUT_FILES:  # a kept candidate from an earlier run must not pass for this run's
+        (out_dir / name).unlink(missing_ok=True)
+    outcome = Outcome(task_id=task.id, source_path=task.path or task.id, options=opts, model=backend.model,
+                      outputs=outputs or [])
+
+    progress({"event": "step", "step": "profiling the reference"})
+    try:
+        analysis = analyze(task, device=opts.device)
+    except AnalysisError as e:
+        raise InputError(f"{task.path}: profiling the reference failed: {e}") from None
+    facts = _facts(task, analysis, facts_path)
+    outcome.shape = facts.shape
+    if analysis.roofline_local:
+        outcome.roofline_floor_ms = analysis.roofline.floor_ms
+    outcome.roofline_line = facts.roofline_line
+
+    if budget.left() > MIN_BASELINE_S:
+        progress({"event": "step", "step": "timing eager and torch.compile"})
+        outcome.baseline = baseline_mod.measure(task, opts.device, opts.iters,
+                                                timeout=max(MIN_BASELINE_S, min(opts.baseline_timeout, budget.left())))
+    else:  # the budget bounds wall time, the baselines included
+        outcome.baseline = Baseline(error="skipped: the budget was spent before the baselines")
+
+    attempts: list[Attempt] = []
+    log_path = out_dir / "attempts.jsonl"
+
+    def sink(a: Attempt) -> None:
+        attempts.append(a)
+        with open(log_path, "a") as f:  # flushed per attempt: an interrupted run keeps what it did
+            f.write(a.model_dump_json() + "\n")
+
+    def watch(e: dict) -> None:
+        if e.get("event") == "route":
+            outcome.route = f"{e['regime']}: {e['reason']}"
+        progress(e)
+
+    eval_cfg = EvalConfig(device=opts.device, timeout=opts.eval_timeout, iters=opts.iters, time=opts.time)
+    model = BudgetedBackend(backend, budget)
+    try:
+        while True:
+            if budget.spent():
+                outcome.stopped = "budget"
+                break
+            r = outcome.rounds
+            progress({"event": "round", "round": r})
+            config = parse_regime(opts.regime, target=opts.target, seed=opts.seed + r, max_tokens=opts.max_tokens,
+                                  scaffold=opts.scaffold,
+                                  **({"n": opts.samples} if opts.samples is not None else {}),
+                                  **({"turns": opts.turns} if opts.turns is not None else {}),
+                                  **({"temperature": LATER_ROUND_TEMPERATURE} if r else {}))
+            outcome.rounds += 1
+            run_regime(task, model, config, eval_cfg, sink=sink, progress=watch, analysis_provider=lambda t: facts)
+            if any(selection.is_goal(a.eval) for a in attempts):
+                outcome.stopped = "goal"
+                break
+            if opts.rounds and outcome.rounds >= opts.rounds:
+                outcome.stopped = "rounds"
+                break
+    except BudgetSpent:
+        outcome.stopped = "budget"
+    except GPUUnavailableError as e:
+        outcome.stopped, outcome.error, outcome.exit_code = "error", str(e), EXIT_GPU_GONE
+    except (BackendError, EvaluatorError) as e:
+        outcome.stopped, outcome.error, outcome.exit_code = "error", first_line(e), EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        outcome.stopped, outcome.exit_code = "interrupted", EXIT_INTERRUPTED
+
+    _settle(outcome, attempts, analysis)
+    progress({"event": "step", "step": "writing the report"})
+    outcome.wall_s = round(budget.elapsed(), 1)
+    report.write(out_dir, task, outcome, attempts)
+    return outcome, attempts
+
+def _settle(outcome: Outcome, attempts: list[Attempt], analysis) -> None:
+    """The pick, its numbers, and the exit code (unless an error already decided it)."""
+    outcome.attempts = len(attempts)
+    outcome.completion_tokens = sum(a.usage.completion_tokens for a in attempts)
+    best = selection.select(attempts)
+    if best is not None and selection.tier(best.eval) >= 2:  # only a candidate whose outputs matched is kept
+        r = best.eval
+        outcome.kept_id, outcome.kept_label = best.id, selection.TIERS[selection.tier(r)]
+        outcome.goal = selection.is_goal(r)
+        outcome.speedup_vs_eager = r.speedup
+        b = outcome.baseline
+        if r.speedup is not None and b.eager is not None and b.compiled is not None:
+            # Two paired ratios chained: torch.compile vs eager (one process), kernel vs eager (the
+            # evaluator's process). Robust to the load of a shared machine drifting between them.
+            outcome.speedup_vs_compile = b.compiled.median_ms / b.eager.median_ms * r.speedup
+        if r.runtime_ms is not None and outcome.roofline_floor_ms is not None:
+            outcome.fraction_of_floor = analysis.roofline.fraction_of_floor(r.runtime_ms)
+    if outcome.exit_code in (EXIT_FASTER, EXIT_NOT_FASTER):
+        outcome.exit_code = EXIT_FASTER if outcome.goal else EXIT_NOT_FASTER

@@ -1,0 +1,40 @@
+"""Child side of ``scaffold.plan_task``: a ``PlanJob`` as JSON on stdin, one JSON line on stdout."""
+
+from __future__ import annotations
+
+import sys
+
+from kernelwright.childproc import child_main
+
+
+def handle(text: str) -> dict:
+    import random
+    import types
+
+    import torch
+
+    from kernelwright.scaffold.planner_job import PlanJob
+    from kernelwright.scaffold.plan import plan
+
+    job = PlanJob.model_validate_json(text)
+    module = types.ModuleType("kernelwright_scaffold_task")
+    try:
+        exec(compile(job.source, job.path or f"<{job.task_id}>", "exec"), module.__dict__)
+        missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(module, n)]
+        if missing:
+            return {"ok": False, "stage": "load", "error": f"the task source defines no {missing[0]}"}
+        random.seed(job.seed)
+        torch.manual_seed(job.seed)
+        device = torch.device(job.device if job.device == "cpu" or torch.cuda.is_available() else "cpu")
+        model = module.Model(*module.get_init_inputs()).to(device)
+        random.seed(job.seed)
+        torch.manual_seed(job.seed)
+        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
+    except Exception as e:  # the task's own code failed: one line for the caller
+        return {"ok": False, "stage": "load", "error": f"{type(e).__name__}: {str(e).strip()[:300]}"}
+    result = plan(job.task_id, module, model, inputs, job.source)
+    return {"ok": True, "plan": result.model_dump(mode="json")}
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(handle))

@@ -1,0 +1,16 @@
+"""The job the planning child receives (kept apart from plan.py so the parent never imports torch.fx)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel
+
+
+class PlanJob(BaseModel):
+    task_id: str
+    source: str
+    path: Optional[str] = None
+    size: str = "small"
+    seed: int = 42  # the evaluator's default seed
+    device: str = "cpu"  # where the reference runs while planning: full-size tasks are slow on a CPU

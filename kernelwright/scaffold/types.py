@@ -1,0 +1,113 @@
+"""Records of scaffolded generation: what a kernel must compute, and the program built around it.
+
+A ``Segment`` is derived in a child process from the traced reference (``plan.py``): the run of
+elementwise / reduction / normalization ops the kernel replaces, its tensors and their
+broadcasting, and the reference's own lines for it. A ``Scaffold`` is a complete candidate
+program in one target language with one marked region (``skeleton.py``); ``assemble`` splices a
+model's answer into it. Plain data, so both cross process boundaries as JSON and replays of
+recorded runs see byte-identical prompts.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Optional
+
+from pydantic import BaseModel, Field
+
+SCHEMA_VERSION = 1
+
+# The one marker pair every target uses; the prompt and the splicer both read them from here.
+BEGIN = "REGION BEGIN"
+END = "REGION END"
+
+
+class SegmentKind(str, enum.Enum):
+    ELEMENTWISE = "elementwise"  # out[i] depends on element i of each input (after broadcasting)
+    ROW = "row"  # out row r depends on row r of the inputs: reductions, softmax, norms, scans
+
+
+class KernelArg(BaseModel):
+    """One tensor the kernel reads."""
+
+    name: str  # the variable name in the region: "x" for the main input, else from its origin
+    origin: str  # the reference's name for it: an fx node ("linear") or a parameter ("norm.weight")
+    shape: list[int]
+    dtype: str  # "float32", "float16", "bfloat16"
+    main: bool = False  # the largest input: the kernel's grid follows it
+    # How it lines up with the main input: "same" (one value per element), "scalar", or
+    # "broadcast" (value at flat index i is values[(i // inner) % span], computed at run time).
+    pattern: str = "same"
+    describe: str = ""  # one line for the prompt
+
+
+class Segment(BaseModel):
+    kind: SegmentKind
+    nodes: list[str]  # fx node names replaced by the kernel, in execution order
+    targets: list[str]  # their canonical ops
+    args: list[KernelArg]
+    out_shape: list[int]
+    out_dtype: str
+    row_dims: int = 0  # ROW: how many trailing dims of the main input make one row
+    rows: int = 0
+    cols: int = 0
+    per_row_output: bool = False  # ROW: one value per row instead of a whole row
+    out_keepdim: bool = False  # ROW, per-row: the output keeps the reduced dims as size 1
+    torch_lines: list[str] = Field(default_factory=list)  # the reference's code for the segment
+    module_notes: list[str] = Field(default_factory=list)  # nn modules it calls, with their settings
+    op_notes: list[str] = Field(default_factory=list)  # definitions of the ops it uses
+
+    @property
+    def main(self) -> KernelArg:
+        return next(a for a in self.args if a.main)
+
+    @property
+    def extras(self) -> list[KernelArg]:
+        return [a for a in self.args if not a.main]
+
+
+class ScaffoldPlan(BaseModel):
+    """What the child process found: a segment and the ModelNew around it, or why not."""
+
+    schema_version: int = SCHEMA_VERSION
+    task_id: str
+    available: bool
+    reason: str  # one line: what the region covers, or why there is none
+    segment: Optional[Segment] = None
+    # The candidate's Python around the kernel: the reference's module-level code (minus Model and
+    # its input functions) and `class ModelNew` whose forward calls `kw_fused(...)`.
+    prelude: str = ""
+    model_new: str = ""
+
+
+class Scaffold(BaseModel):
+    """A complete candidate in one target with one region left to fill."""
+
+    task_id: str
+    target: str  # cuda | triton | cpp
+    available: bool
+    reason: str
+    segment: Optional[Segment] = None
+    program: str = ""  # the whole candidate; the region holds `placeholder`
+    placeholder: str = ""  # the exact text standing for the region in `program`
+    default_region: str = ""  # what the region holds when left empty (a pass-through)
+    indent: str = ""  # the region's indentation in `program`
+    language: str = ""  # of the region: "cuda", "cpp" or "python"
+    kernel_view: str = ""  # the kernel's code as shown to the model, region marked
+    variables: list[str] = Field(default_factory=list)  # what the region can read and must write
+
+    def program_with(self, region: str) -> str:
+        """The candidate with ``region`` (unindented lines) in place of the placeholder; an empty
+        region leaves the default, a pass-through."""
+        text = region if region.strip() else self.default_region
+        body = "\n".join((self.indent + line) if line.strip() else "" for line in text.strip("\n").splitlines())
+        return self.program.replace(self.placeholder, body)
+
+
+class Assembly(BaseModel):
+    """A model answer spliced into a scaffold."""
+
+    region: str  # what went into the region, after the splicer's repairs
+    code: str  # the assembled candidate
+    repairs: list[str] = Field(default_factory=list)  # what the splicer changed in the answer, in words
+    empty: bool = False  # the answer held no usable region text

@@ -1,0 +1,66 @@
+"""The live display of a study run: cells done/total, candidates evaluated, verdict counts, ETA."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+
+class StudyProgress:
+    """Feed it the runner's events. On a terminal it draws a live bar; elsewhere (CI logs, tests)
+    it prints one line per finished cell, which is what a log reader wants."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.live = console.is_terminal
+        self.candidates = 0
+        self.verdicts: Counter = Counter()
+        self._lock = threading.Lock()
+        self.progress = Progress(TextColumn("[bold]cells"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                                 TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
+                                 disable=not self.live)
+        self._bar: Any | None = None
+        self.total = 0
+
+    def start(self, total: int) -> None:
+        self.total = total
+        self._bar = self.progress.add_task("", total=total)
+        self.progress.start()
+
+    def stop(self) -> None:
+        self.progress.stop()
+
+    def _describe(self) -> str:
+        counts = " ".join(f"{k}:{v}" for k, v in sorted(self.verdicts.items()))
+        return f"{self.candidates} candidates  {counts}"
+
+    def __call__(self, e: dict[str, Any]) -> None:
+        with self._lock:
+            kind = e.get("event")
+            if kind == "attempt":
+                self.candidates += 1
+                self.verdicts[e["verdict"]] += 1
+            elif kind == "cell_done":
+                cell = e["cell"]
+                if self._bar is not None:
+                    self.progress.advance(self._bar)
+                if not self.live:
+                    done = int(self.progress.tasks[0].completed) if self.progress.tasks else 0
+                    what = cell.verdict.value if cell.status == "ok" else f"FAILED ({cell.failure})"
+                    self.console.print(f"[{done}/{self.total}] {cell.regime} {cell.task_id} seed {cell.seed}: {what}",
+                                       highlight=False, soft_wrap=True)
+            elif kind == "cell_skipped":
+                self.console.print(f"left pending: {e['key']}: {e['why']}", highlight=False, soft_wrap=True)
+            if self._bar is not None:
+                self.progress.update(self._bar, description=self._describe())

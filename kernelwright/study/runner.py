@@ -1,0 +1,362 @@
+"""Run a study: plan every regime x task x seed cell, skip the finished ones, run the rest.
+
+Spreading the work (kept simple on purpose):
+- cells run on a thread pool (`StudySpec.concurrency`, default two per device);
+- each listed device has one evaluation slot, a lock: a cell holds its device's lock while it
+  evaluates, analyses or profiles, and *releases it while the model generates* (SharedBackend).
+  So with two cells per device, the model generates for one task while the other's candidates
+  are evaluated, and timing on a device never overlaps another evaluation on it;
+- generation is serialised (one model in this process); candidates are evaluated in a fresh
+  sandboxed child process each (kernelwright.evaluate), which is the per-candidate "worker": a
+  timeout or crash kills only that child, and the evaluator probes a GPU before reusing it.
+  A GPU that stops answering is taken out of the pool; when none is left the run stops, the
+  cells it could not run stay pending (not recorded), and the command says so.
+
+Failures are cells: a task that did not load, or a regime run that raised, is written to
+cells.jsonl with status "failed" and the error, so a report counts it as a failure, never a gap.
+They are not redone on resume unless `retry_failed` (a failure of the tool is an outcome too).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelwright.evaluate import GPUUnavailableError
+from kernelwright.llm.base import Backend, Completion, GenerationRequest
+from kernelwright.records import Attempt, Cell, Task, Verdict
+from kernelwright.study.log import ATTEMPTS, CELLS, append_record, read_cells
+from kernelwright.study.records import FailureKind, StudyAttempt, StudyCell
+from kernelwright.study.spec import StudySpec
+from kernelwright.study.tasks import TaskFailure, TaskOrFailure, resolve_tasks
+
+log = logging.getLogger(__name__)
+
+EventFn = Callable[[dict[str, Any]], None]
+# (device, sink) -> the Cell; the sink gets each Attempt as it finishes
+CellWork = Callable[[str, Callable[[Attempt], None]], Cell]
+
+
+@dataclass
+class CellJob:
+    key: str
+    regime: str
+    config_hash: str
+    seed: int
+    task_id: str
+    task_name: str
+    level: int | None
+    task_hash: str | None
+    model: str
+    work: CellWork | None  # None: the cell is a known failure (failure says which)
+    failure: tuple[FailureKind, str] | None = None
+    imported: bool = False
+    inputs_hash: str | None = None  # imported cells: the texts imported (a changed input is redone)
+
+
+@dataclass
+class RunSummary:
+    planned: int
+    skipped: int
+    done: int = 0
+    failed: int = 0
+    not_run: int = 0
+    attempts: int = 0
+    verdicts: Counter = field(default_factory=Counter)
+    stopped: str | None = None  # why cells were left pending (no device left)
+
+    @property
+    def pending(self) -> int:
+        return self.planned - self.skipped
+
+
+def is_done(job: CellJob, done: dict[str, StudyCell], retry_failed: bool) -> bool:
+    """A cell with this key (config hash included) finished for this very task source."""
+    cell = done.get(job.key)
+    if cell is None or cell.task_hash != job.task_hash or cell.inputs_hash != job.inputs_hash:
+        return False
+    return not (retry_failed and cell.status == "failed")
+
+
+# -- devices -------------------------------------------------------------------------------------
+
+
+class DeviceSlots:
+    def __init__(self, devices: Sequence[str], exclusive: bool = True) -> None:
+        self.devices = list(devices)
+        # False when the executor schedules the devices itself (Ray): holding is then bookkeeping
+        self.exclusive = exclusive
+        self.locks = {d: threading.Lock() for d in self.devices}
+        self.load = dict.fromkeys(self.devices, 0)
+        self.lost: set[str] = set()
+        self._guard = threading.Lock()
+        self._local = threading.local()
+
+    @property
+    def current(self) -> str | None:
+        return getattr(self._local, "device", None)
+
+    def take(self) -> str | None:
+        """The live device with the fewest cells assigned, or None when every device is lost."""
+        with self._guard:
+            alive = [d for d in self.devices if d not in self.lost]
+            if not alive:
+                return None
+            d = min(alive, key=lambda x: self.load[x])
+            self.load[d] += 1
+            return d
+
+    def give(self, device: str) -> None:
+        with self._guard:
+            self.load[device] -= 1
+
+    def mark_lost(self, device: str) -> None:
+        with self._guard:
+            self.lost.add(device)
+
+    @contextmanager
+    def holding(self, device: str) -> Iterator[None]:
+        lock = self.locks[device] if self.exclusive else threading.Lock()
+        lock.acquire()
+        self._local.device = device
+        try:
+            yield
+        finally:
+            self._local.device = None
+            lock.release()
+
+    @contextmanager
+    def released(self) -> Iterator[None]:
+        """Let another cell use this thread's device while this one waits for the model."""
+        device = self.current if self.exclusive else None
+        if device is not None:
+            self.locks[device].release()
+        try:
+            yield
+        finally:
+            if device is not None:
+                self.locks[device].acquire()
+
+
+class SharedBackend:
+    """One backend shared by the cell threads: one generation at a time, device released meanwhile."""
+
+    def __init__(self, inner: Backend, slots: DeviceSlots) -> None:
+        self.inner, self.slots, self.model = inner, slots, inner.model
+        self._lock = threading.Lock()
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+        with self.slots.released(), self._lock:
+            return self.inner.generate(requests)
+
+
+class FactsStore:
+    """Task facts for the prompts, computed once per task (on the device the cell holds) and kept:
+    in the spec's facts folder, and a copy in the study folder for the report."""
+
+    def __init__(self, source: Path, copy_to: Path, slots: DeviceSlots) -> None:
+        self.source, self.copy_to, self.slots = source, copy_to, slots
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def __call__(self, task: Task):
+        from kernelwright.strategies.facts import PromptFacts, analyze_for_prompts
+
+        name = task.id.replace("/", "__") + ".json"
+        with self._guard:
+            lock = self._locks.setdefault(task.id, threading.Lock())
+        with lock:
+            src = self.source / name
+            if src.is_file():
+                facts = PromptFacts.load(src)
+            else:
+                facts = analyze_for_prompts(task, self.slots.current or "cpu")
+                facts.save(src)
+            dst = self.copy_to / name
+            if not dst.is_file():
+                facts.save(dst)
+            return facts
+
+
+# -- executing cells -------------------------------------------------------------------------------
+
+
+def _failure_cell(job: CellJob, run: str, kind: FailureKind, error: str, attempts: list[Attempt],
+                  device: str | None) -> StudyCell:
+    return StudyCell(
+        key=job.key, task_id=job.task_id, regime=job.regime, config_hash=job.config_hash,
+        attempt_ids=[a.id for a in attempts], selected=None, reason=f"cell failed ({kind}): {error.splitlines()[0][:300]}",
+        verdict=Verdict.CRASH, run=run, seed=job.seed, level=job.level, task_name=job.task_name,
+        task_hash=job.task_hash, model=job.model, device=device, status="failed", failure=kind, error=error[:4000],
+        imported=job.imported, inputs_hash=job.inputs_hash,
+    )  # fmt: skip
+
+
+def run_jobs(jobs: Sequence[CellJob], folder: Path, slots: DeviceSlots, concurrency: int,
+             on_event: EventFn = lambda e: None, summary: RunSummary | None = None) -> RunSummary:
+    """Run cells and log them; returns counts. Appends only (see log.py for the read rules)."""
+    summary = summary or RunSummary(planned=len(jobs), skipped=0)
+    stop = threading.Event()
+    count_lock = threading.Lock()
+
+    def one(job: CellJob) -> None:
+        if stop.is_set():
+            with count_lock:
+                summary.not_run += 1
+            return
+        run = uuid.uuid4().hex[:12]
+        device: str | None = None
+        attempts: list[Attempt] = []
+        on_event({"event": "cell_start", "key": job.key, "regime": job.regime, "task": job.task_id})
+
+        def sink(a: Attempt) -> None:
+            append_record(folder / ATTEMPTS, StudyAttempt(
+                **a.model_dump(), run=run, cell_key=job.key, seed=job.seed, config_hash=job.config_hash,
+                level=job.level))  # fmt: skip
+            attempts.append(a)
+            with count_lock:
+                summary.attempts += 1
+            on_event({"event": "attempt", "key": job.key, "verdict": a.eval.verdict.value})
+
+        if job.work is None:
+            kind, error = job.failure or ("task_load", "unknown")
+            cell = _failure_cell(job, run, kind, error, [], None)
+        else:
+            device = slots.take()
+            if device is None:
+                stop.set()
+                with count_lock:
+                    summary.not_run += 1
+                    summary.stopped = "no device left (every listed GPU stopped answering)"
+                return
+            try:
+                with slots.holding(device):
+                    core = job.work(device, sink)
+                if core.key != job.key:
+                    raise RuntimeError(f"cell key mismatch: planned {job.key}, got {core.key}")
+                cell = StudyCell(**core.model_dump(), run=run, seed=job.seed, level=job.level, task_name=job.task_name,
+                                 task_hash=job.task_hash, model=job.model, device=device, imported=job.imported,
+                                 inputs_hash=job.inputs_hash)
+            except GPUUnavailableError as e:
+                slots.mark_lost(device)
+                if e.result is None:
+                    # the GPU was already gone before this cell's candidate ran: not this cell's
+                    # outcome, so it stays pending for the next run instead of being scored
+                    with count_lock:
+                        summary.not_run += 1
+                    on_event({"event": "cell_skipped", "key": job.key, "why": str(e)})
+                    return
+                cell = _failure_cell(job, run, "worker", f"{type(e).__name__}: {e}", attempts, device)
+            except Exception as e:  # noqa: BLE001 - any failure of one cell is that cell's recorded outcome
+                log.warning("cell %s failed: %s: %s", job.key, type(e).__name__, e)
+                cell = _failure_cell(job, run, "worker", f"{type(e).__name__}: {e}", attempts, device)
+            finally:
+                slots.give(device)
+        append_record(folder / CELLS, cell)
+        with count_lock:
+            summary.done += 1
+            summary.failed += cell.status == "failed"
+            summary.verdicts[cell.verdict.value if cell.status == "ok" else "cell_failed"] += 1
+        on_event({"event": "cell_done", "key": job.key, "cell": cell})
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="kw-cell") as pool:
+        futures = [pool.submit(one, job) for job in jobs]
+        try:
+            for fut in as_completed(futures):
+                fut.result()  # an error here is the log itself failing (disk full): stop loudly
+        except BaseException:
+            stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    return summary
+
+
+# -- planning a study --------------------------------------------------------------------------------
+
+
+def plan_jobs(spec: StudySpec, backend: Backend, tasks: Sequence[TaskOrFailure],
+              facts: Callable[[Task], Any] | None) -> list[CellJob]:
+    from kernelwright.strategies import run_regime
+
+    jobs: list[CellJob] = []
+    for seed in spec.seeds:
+        for regime in spec.regimes:
+            config = spec.regime_config(regime, seed)
+            chash = spec.config_hash(config, backend.model)
+            for task in tasks:
+                key = f"{chash}/{config.spec}/{task.id}"
+                common = {"key": key, "regime": config.spec, "config_hash": chash, "seed": seed, "task_id": task.id,
+                          "task_name": task.name, "level": task.level, "model": backend.model}
+                if isinstance(task, TaskFailure):
+                    jobs.append(CellJob(**common, task_hash=task.source_hash, work=None,
+                                        failure=("task_load", task.error)))
+                    continue
+
+                def work(device: str, sink, task=task, config=config, chash=chash) -> Cell:
+                    cfg = spec.eval.to_config(device, spec.cache_dir)
+                    return run_regime(task, backend, config, cfg, sink=sink, analysis_provider=facts,
+                                      config_hash=chash)
+
+                jobs.append(CellJob(**common, task_hash=task.source_hash, work=work))
+    return jobs
+
+
+def config_records(spec: StudySpec, model: str) -> dict[str, dict[str, Any]]:
+    """config hash -> exactly what went into it, for the manifest."""
+    out = {}
+    for seed in spec.seeds:
+        for regime in spec.regimes:
+            config = spec.regime_config(regime, seed)
+            out[spec.config_hash(config, model)] = {
+                "regime": config.model_dump(mode="json"), "spec": config.spec, "model": model,
+                "device": spec.device_kind, "eval": spec.eval.model_dump(mode="json")}
+    return out
+
+
+def pending_jobs(spec: StudySpec, jobs: list[CellJob], retry_failed: bool) -> list[CellJob]:
+    done = read_cells(spec.out)
+    return [j for j in jobs if not is_done(j, done, retry_failed)]
+
+
+def run_study(spec: StudySpec, *, retry_failed: bool = False, on_event: EventFn = lambda e: None,
+              on_plan: Callable[[RunSummary], None] = lambda s: None) -> RunSummary:
+    """Run what is missing from the study folder. Writes nothing when nothing is missing.
+    Raises BackendError / TaskError / EvaluatorError for unusable input (before any cell runs)."""
+    from kernelwright.evaluate.evaluator import validate_device
+    from kernelwright.evaluate.executors import installed, make_executor
+    from kernelwright.llm import make_backend
+    from kernelwright.study.manifest import record_invocation
+
+    if spec.executor == "local":  # with Ray the GPUs are on the workers, not necessarily here
+        for d in spec.devices:
+            validate_device(d, spec.eval.compile_only)
+    tasks = resolve_tasks(spec.tasks)
+    inner = make_backend(spec.model)
+    try:
+        slots = DeviceSlots(spec.devices, exclusive=spec.executor == "local")
+        backend = SharedBackend(inner, slots)
+        facts = FactsStore(spec.facts_dir, spec.out / "facts", slots)
+        jobs = plan_jobs(spec, backend, tasks, facts)
+        todo = pending_jobs(spec, jobs, retry_failed)
+        summary = RunSummary(planned=len(jobs), skipped=len(jobs) - len(todo))
+        on_plan(summary)
+        if not todo:
+            return summary
+        record_invocation(spec.out, spec.model_dump(mode="json"), config_records(spec, inner.model), spec.devices,
+                          pending=len(todo))
+        # Every evaluate() the strategies make goes through the executor while the cells run.
+        with installed(make_executor(spec.executor, spec.devices)):
+            return run_jobs(todo, spec.out, slots, spec.concurrency, on_event, summary)
+    finally:
+        close = getattr(inner, "close", None)
+        if close is not None:
+            close()

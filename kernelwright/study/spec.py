@@ -1,0 +1,222 @@
+"""What a study is: a typed StudySpec, read from a TOML study file and/or command-line flags.
+
+Flags override the file, key by key, so `kernelwright study run study.toml --out other/` reruns a
+committed study elsewhere. Every field that changes what a cell computes (the regime config with
+its seed, the model, the device kind, the evaluation settings) goes into the cell's config hash;
+fields that only change *how* the work is spread (devices, jobs, cache folder) do not, so a study
+resumed on a different set of GPUs still skips its finished cells.
+
+    out = "runs/small"                  # the study folder (manifest.json, attempts.jsonl, cells.jsonl)
+    model = "replay:tests/fixtures/transcripts/zero_shot.jsonl"
+    regimes = ["zero_shot", "guided", "agentic", "agentic+no_retrieval+n=2"]
+    tasks = ["builtin:1-3"]             # specs kernelwright.tasks.load_tasks accepts (a string or a list)
+    seeds = [0]
+    devices = ["cuda:0", "cuda:1"]      # one evaluation worker per device
+    max_tokens = 1024
+    [eval]
+    time = true
+    trials = 5
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from kernelwright.strategies.config import RegimeConfig, RegimeError, parse_regime
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+class StudySpecError(ValueError):
+    """A study file or flag that cannot be used; the message is one line."""
+
+
+class EvalSettings(BaseModel):
+    """The evaluator settings of a study (kernelwright.evaluate.EvalConfig minus where it runs)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timeout: float = 240.0
+    trials: int = 5
+    seed: int = 42
+    atol: float | None = None
+    rtol: float | None = None
+    warmup: int = 10
+    iters: int = 100
+    input_sets: int = 8
+    time: bool = True
+    size: str = "auto"
+    compile_only: bool = False
+
+    def to_config(self, device: str, cache_dir: str | None):
+        from kernelwright.evaluate import EvalConfig
+
+        return EvalConfig(device=device, cache_dir=cache_dir, **self.model_dump())
+
+
+def device_kind(device: str) -> str:
+    return "cpu" if device == "cpu" else "cuda"
+
+
+class StudySpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    out: Path
+    model: str | None = None  # a model spec (docs/backends.md); None: the default embedded model
+    regimes: list[str] = Field(default_factory=lambda: ["zero_shot"])
+    tasks: list[str] = Field(default_factory=lambda: ["builtin"])  # task specs, concatenated in order
+    n: int | None = None  # samples per generation step, unless a regime spec says n=
+    turns: int | None = None
+    seeds: list[int] = Field(default_factory=lambda: [0])
+    devices: list[str] = Field(default_factory=lambda: ["cpu"])
+    target: str | None = None  # cuda | triton | cpp; default: cpp on the CPU, cuda on GPUs
+    max_tokens: int = 1024
+    eval: EvalSettings = Field(default_factory=EvalSettings)
+    # Folder of recorded task facts (strategies.facts.PromptFacts); missing ones are computed and
+    # saved there. Default: <out>/facts. Copies of the facts used always land in <out>/facts, so
+    # the report can read the roofline floor from the study folder alone.
+    facts: Path | None = None
+    jobs: int = 0  # cells in flight at once; 0: two per device, so generation overlaps evaluation
+    cache_dir: str | None = None  # the evaluator's build cache (default: KERNELWRIGHT_CACHE or ~/.cache)
+    # Where evaluations run: "local" (kernelwright.evaluate.pool on this machine) or "ray" (a Ray
+    # cluster at RAY_ADDRESS; docs/scaling.md). How the work is spread: not in the config hash.
+    executor: str = "local"
+
+    @field_validator("regimes")
+    @classmethod
+    def _regimes(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("a study needs at least one regime")
+        for spec in v:
+            parse_regime(spec)  # RegimeError is a ValueError: pydantic reports it
+        if len(set(v)) != len(v):
+            raise ValueError("a regime is listed twice")
+        return v
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _tasks(cls, v: object) -> object:
+        v = [v] if isinstance(v, str) else v
+        if isinstance(v, list) and not v:
+            raise ValueError("a study needs at least one task spec")
+        return v
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        if not v or len(set(v)) != len(v):
+            raise ValueError("seeds must be a non-empty list without repeats")
+        return v
+
+    @field_validator("devices")
+    @classmethod
+    def _devices(cls, v: list[str]) -> list[str]:
+        out = [d.strip().lower() for d in v]
+        for d in out:
+            if not (d == "cpu" or d == "cuda" or (d.startswith("cuda:") and d[5:].isdigit())):
+                raise ValueError(f"unknown device {d!r}: use cpu, cuda or cuda:N")
+        if not out or len(set(out)) != len(out):
+            raise ValueError("devices must be a non-empty list without repeats")
+        if len({device_kind(d) for d in out}) > 1:
+            # the target and the timing protocol differ between CPU and GPU: one study, one kind
+            raise ValueError("devices mix cpu and cuda; run one study per kind")
+        return out
+
+    @model_validator(mode="after")
+    def _target(self) -> StudySpec:
+        if self.target is not None and self.target not in ("cuda", "triton", "cpp"):
+            raise ValueError(f"unknown target {self.target!r}: use cuda, triton or cpp")
+        if self.executor not in ("local", "ray"):
+            raise ValueError(f"unknown executor {self.executor!r}: use local or ray")
+        if self.jobs < 0 or self.max_tokens < 1:
+            raise ValueError("jobs must be >= 0 and max_tokens >= 1")
+        return self
+
+    # -- derived -------------------------------------------------------------------------------
+
+    @property
+    def device_kind(self) -> str:
+        return device_kind(self.devices[0])
+
+    @property
+    def resolved_target(self) -> str:
+        return self.target or ("cpp" if self.device_kind == "cpu" else "cuda")
+
+    @property
+    def facts_dir(self) -> Path:
+        return self.facts or self.out / "facts"
+
+    @property
+    def concurrency(self) -> int:
+        return self.jobs or 2 * len(self.devices)
+
+    def regime_config(self, regime: str, seed: int) -> RegimeConfig:
+        from kernelwright.llm.registry import is_embedded
+
+        # scaffolding defaults on for the embedded small models; `+scaffold` / `+no_scaffold` in a
+        # regime spec override it (that is how a study compares the two)
+        defaults: dict[str, Any] = {"target": self.resolved_target, "seed": seed, "max_tokens": self.max_tokens,
+                                    "scaffold": is_embedded(self.model)}
+        if self.n is not None:
+            defaults["n"] = self.n
+        if self.turns is not None:
+            defaults["turns"] = self.turns
+        return parse_regime(regime, **defaults)
+
+    def config_hash(self, config: RegimeConfig, model: str) -> str:
+        """Keys a cell: the regime config (seed included), the model, the device kind and the
+        evaluation settings. Not the device index, the job count or the cache folder."""
+        return config.config_hash(model, {"device": self.device_kind, "eval": self.eval.model_dump(mode="json")})
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _one_line(e: ValidationError) -> str:
+    first = e.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "study"
+    return f"{where}: {first['msg']}" + (f" (and {e.error_count() - 1} more problem(s))" if e.error_count() > 1 else "")
+
+
+def load_spec(path: Path | None, overrides: dict[str, Any] | None = None) -> StudySpec:
+    """The spec from a TOML file (if any) with flags on top; `None` flags are "not given".
+    Keys of `overrides` named `eval.X` set fields of the [eval] table."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text())
+        except OSError as e:
+            raise StudySpecError(f"cannot read study file {path}: {e.strerror}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise StudySpecError(f"{path}: not valid TOML: {e}") from None
+    for key, value in (overrides or {}).items():
+        if value is None or value == []:
+            continue
+        if key.startswith("eval."):
+            data.setdefault("eval", {})[key[5:]] = value
+        else:
+            data[key] = value
+    if "out" not in data:
+        raise StudySpecError("no output folder: give --out or out = \"...\" in the study file")
+    try:
+        return StudySpec.model_validate(data)
+    except ValidationError as e:
+        raise StudySpecError(_one_line(e)) from None
+    except RegimeError as e:  # raised by parse_regime in a derived call
+        raise StudySpecError(str(e)) from None

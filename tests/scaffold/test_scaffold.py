@@ -1,0 +1,197 @@
+"""Scaffolds for the built-in suite: planned from the real reference, filled with a correct region
+by the test's oracle, and judged by the real evaluator.
+
+* every task gets a plan: a scaffold, or a fallback that says why;
+* Triton (TRITON_INTERPRET=1 on this CPU): for every scaffolded task the correct region is
+  `correct` with a custom kernel, the empty region and a wrong region are not;
+* C++: the correct region is `correct` with a custom kernel for every scaffolded task (one build
+  each, the slow part of this file); empty and wrong for one task per layout;
+* CUDA: compile-only with nvcc for one task per layout (the H200 run evaluates them all:
+  docs/results/scaffold.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from kernelwright.records import Verdict
+from kernelwright.scaffold import SegmentKind, assemble, plan_task, write
+from kernelwright.tasks import load_task, load_tasks
+
+from .oracle import region
+
+TASKS = [t.id for t in load_tasks("builtin")]
+# The tasks without a scaffold, and the words their reason must contain.
+FALLBACKS = {
+    "builtin/L1/10_matmul": "no elementwise, reduction or normalization op",
+    "builtin/L1/11_conv2d": "no elementwise, reduction or normalization op",
+    "builtin/L1/13_transpose_copy": "no elementwise, reduction or normalization op",
+    "builtin/L1/14_embedding_lookup": "no elementwise, reduction or normalization op",
+    "builtin/L2/12_bmm_causal_softmax": "does not trace with torch.fx",
+    "builtin/L3/02_causal_self_attention": "does not trace with torch.fx",
+    "builtin/L3/04_gated_recurrent_cell": "does not trace with torch.fx",
+}
+SCAFFOLDED = [t for t in TASKS if t not in FALLBACKS]
+# One task per layout: elementwise with a broadcast extra, whole-row softmax-like, one value per
+# row in half precision, and a row norm over a bf16 residual stream with a weight.
+LAYOUTS = ["builtin/L2/06_channel_affine_hardswish_residual", "builtin/L2/05_linear_softmax_scale",
+           "builtin/L1/07_row_max_fp16", "builtin/L2/07_residual_add_rmsnorm_bf16"]
+HAVE_TRITON = importlib.util.find_spec("triton") is not None
+
+
+@pytest.fixture(scope="module")
+def plans():
+    with ThreadPoolExecutor(2) as pool:
+        return dict(zip(TASKS, pool.map(lambda t: plan_task(load_task(t)), TASKS)))
+
+
+def test_every_task_has_a_plan_or_says_why(plans) -> None:
+    assert {t for t, p in plans.items() if not p.available} == set(FALLBACKS)
+    for task, words in FALLBACKS.items():
+        assert words in plans[task].reason
+        assert "the model writes the whole program" in plans[task].reason
+
+
+def test_segments_are_what_the_references_compute(plans) -> None:
+    seg = plans["builtin/L2/01_linear_gelu_scale"].segment
+    assert (seg.kind, seg.targets, [a.origin for a in seg.args]) == (SegmentKind.ELEMENTWISE, ["gelu", "mul"], ["linear"])
+    seg = plans["builtin/L1/02_bias_add"].segment
+    assert [a.pattern for a in seg.args] == ["same", "broadcast"]
+    seg = plans["builtin/L1/08_layer_norm"].segment
+    assert seg.kind == SegmentKind.ROW and seg.row_dims == 1 and not seg.per_row_output
+    assert {a.origin for a in seg.extras} == {"norm.weight", "norm.bias"}
+    # batch norm in training mode mixes rows (batch statistics): it stays in PyTorch; relu + the
+    # spatial mean after it become one value per (n, c) row of H*W
+    seg = plans["builtin/L2/04_conv2d_batchnorm_relu_mean"].segment
+    assert seg.targets == ["relu", "mean"] and seg.row_dims == 2 and seg.per_row_output
+    # the pooling window after tanh is not row-local either
+    assert plans["builtin/L2/11_conv2d_groupnorm_tanh_maxpool"].segment.targets == ["tanh"]
+
+
+def test_model_new_keeps_the_reference_init_and_calls_the_kernel(plans) -> None:
+    p = plans["builtin/L2/03_linear_layernorm_silu"]
+    assert "class ModelNew(nn.Module)" in p.model_new and "self.linear = nn.Linear" in p.model_new
+    assert "norm_weight = self.norm.weight" in p.model_new
+    assert "fused = kw_fused(linear, norm_weight, norm_bias)" in p.model_new
+    assert "def get_inputs" not in p.prelude and "class Model" not in p.prelude
+
+
+@pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
+@pytest.mark.parametrize("task_id", SCAFFOLDED)
+def test_triton_skeleton(task_id, plans, fast_cfg) -> None:
+    task = load_task(task_id)
+    sc = write(plans[task_id], "triton")
+    cfg = fast_cfg(time=False, extra_env={"TRITON_INTERPRET": "1"})
+    from kernelwright.evaluate import evaluate
+
+    good = evaluate(task, sc.program_with(region(sc)), cfg)
+    assert good.verdict == Verdict.CORRECT and good.custom_kernel, (good.verdict, good.error, good.mismatch)
+    empty = evaluate(task, sc.program_with(""), cfg)
+    wrong = evaluate(task, sc.program_with(region(sc, wrong=True)), cfg)
+    assert empty.verdict != Verdict.CORRECT and wrong.verdict != Verdict.CORRECT, (empty.verdict, wrong.verdict)
+
+
+@pytest.mark.parametrize("task_id", SCAFFOLDED)
+def test_cpp_skeleton_with_a_correct_region_is_correct(task_id, plans, fast_cfg) -> None:
+    from kernelwright.evaluate import evaluate
+
+    sc = write(plans[task_id], "cpp")
+    result = evaluate(load_task(task_id), sc.program_with(region(sc)), fast_cfg(time=False))
+    assert result.verdict == Verdict.CORRECT and result.custom_kernel, (result.verdict, result.error, result.mismatch)
+
+
+@pytest.mark.parametrize("task_id", LAYOUTS)
+def test_cpp_skeleton_with_an_empty_or_wrong_region_is_not(task_id, plans, fast_cfg) -> None:
+    from kernelwright.evaluate import evaluate
+
+    sc = write(plans[task_id], "cpp")
+    for text in ("", region(sc, wrong=True)):
+        result = evaluate(load_task(task_id), sc.program_with(text), fast_cfg(time=False))
+        assert result.verdict in (Verdict.WRONG_OUTPUT, Verdict.RUNTIME_ERROR), (result.verdict, result.error)
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+@pytest.mark.parametrize("task_id", LAYOUTS[1:3])
+def test_cuda_skeleton_compiles(task_id, plans, fast_cfg) -> None:
+    from kernelwright.evaluate import evaluate
+
+    sc = write(plans[task_id], "cuda")
+    result = evaluate(load_task(task_id), sc.program_with(region(sc)), fast_cfg(device="cuda", compile_only=True,
+                                                                              timeout=900.0))
+    assert result.verdict == Verdict.COMPILED, (result.verdict, result.error)
+
+
+def test_splicer_undoes_what_small_models_do(plans) -> None:
+    sc = write(plans["builtin/L2/01_linear_gelu_scale"], "cuda")
+    answer = ("Here is the code:\n```cpp\nfloat y = 0.5f * x * (1.0f + erff(x * 0.70710678f));\n"
+              "return y * 0.5f;\n```\nThis computes GELU.")
+    got = assemble(sc, answer)
+    assert got.region.splitlines() == ["y = 0.5f * x * (1.0f + erff(x * 0.70710678f));", "y = y * 0.5f;"]
+    assert len(got.repairs) == 2 and all(line in got.code for line in got.region.splitlines())
+    # a whole kernel back: only the lines where the region goes are kept
+    marked = sc.kernel_view.replace("// ... your code ...", "y = tanhf(x);")
+    got = assemble(sc, f"```cuda\n{marked}\n```")
+    assert got.region == "y = tanhf(x);" and any("markers" in r for r in got.repairs)
+    whole = re.sub(r"// REGION BEGIN\n\s*// \.\.\. your code \.\.\.\n\s*// REGION END", "y = tanhf(x);", sc.kernel_view)
+    got = assemble(sc, f"```cuda\n{whole}\n```")
+    assert got.region == "y = tanhf(x);" and any("whole kernel" in r for r in got.repairs)
+    tri = write(plans["builtin/L2/01_linear_gelu_scale"], "triton")
+    got = assemble(tri, "```python\nreturn x * 0.5\n```")
+    assert got.region == "y = x * 0.5" and got.repairs
+    assert assemble(tri, "I cannot help with that.").region == "I cannot help with that."  # judged by the evaluator
+    assert assemble(tri, "```python\n```").empty
+
+
+def test_region_markers_and_names_in_every_target(plans) -> None:
+    for target in ("cuda", "cpp", "triton"):
+        sc = write(plans["builtin/L1/08_layer_norm"], target)
+        assert sc.program.count("REGION BEGIN") == 1 and sc.program.count("REGION END") == 1
+        assert "kw_fused" in sc.program and "class ModelNew" in sc.program
+        if target != "triton":
+            assert 'functions=["kw_fused_impl"]' in sc.program and "PYBIND11_MODULE" not in sc.program
+        assert any("weight" in v for v in sc.variables)
+
+
+REAL_ANSWERS = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "scaffold" / "h200_answers.json").read_text())
+
+
+def test_splicer_on_real_answers(plans) -> None:
+    """The 1.5B model's own region answers from the H200 run: what the splicer makes of them."""
+    got = {(a["task_id"], a["target"]): assemble(write(plans[a["task_id"]], a["target"]), a["raw_response"])
+           for a in REAL_ANSWERS}
+    # its softmax loop kept its closing brace (the first H200 run lost it: compile_error)
+    softmax = got[("builtin/L1/03_softmax", "cuda")].region
+    assert softmax.count("{") == softmax.count("}")
+    # a row input indexed like an array is read through its accessor
+    assert "x(j) - norm" in got[("builtin/L2/03_linear_layernorm_silu", "cuda")].region
+    # NumPy/Python spellings in Triton: axis=-1 on a 1-D row, keepdims, tl.mean, ** 2, sqrt(2), a result not in y
+    tri = got[("builtin/L1/03_softmax", "triton")].region
+    assert "axis=-1" not in tri and tri.splitlines()[-1] == "y = out"
+    ln = got[("builtin/L2/03_linear_layernorm_silu", "triton")].region
+    assert "keepdims" not in ln and "tl.mean" not in ln and "**" not in ln
+    assert "tl.sqrt(2)" not in got[("builtin/L3/01_mlp_block", "triton")].region
+
+
+@pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
+def test_real_triton_answers_after_the_splicer(plans, fast_cfg) -> None:
+    from kernelwright.evaluate import evaluate
+
+    cfg = fast_cfg(time=False, extra_env={"TRITON_INTERPRET": "1"})
+    verdicts = {}
+    for a in REAL_ANSWERS:
+        if a["target"] == "triton":
+            code = assemble(write(plans[a["task_id"]], "triton"), a["raw_response"]).code
+            verdicts[a["task_id"]] = evaluate(load_task(a["task_id"]), code, cfg).verdict
+    # on the H200 all four were runtime_error / wrong_output; the model's math is right in two
+    assert verdicts["builtin/L3/01_mlp_block"] == Verdict.CORRECT
+    assert verdicts["builtin/L1/03_softmax"] == Verdict.CORRECT
+    # and wrong in one: gelu of the scaled value (its error, judged as such)
+    assert verdicts["builtin/L2/01_linear_gelu_scale"] == Verdict.WRONG_OUTPUT

@@ -1,0 +1,84 @@
+"""The study file and the log's read rules: fast, no evaluator."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelwright.records import Verdict
+from kernelwright.study.log import (
+    ATTEMPTS,
+    CELLS,
+    append_record,
+    read_records,
+    read_study,
+)
+from kernelwright.study.records import StudyCell
+from kernelwright.study.spec import StudySpecError, load_spec
+from tests.study._records import attempt, cell, result, write
+
+
+def test_flags_override_the_study_file(tmp_path):
+    f = tmp_path / "study.toml"
+    f.write_text('out = "a"\nregimes = ["zero_shot", "agentic+no_retrieval+n=2"]\ntasks = "builtin:1"\n'
+                 'seeds = [0, 1]\n[eval]\ntime = false\ntrials = 3\n')
+    spec = load_spec(f, {"out": str(tmp_path / "b"), "eval.trials": 5, "model": None})
+    assert spec.out == tmp_path / "b" and spec.tasks == ["builtin:1"] and spec.eval.trials == 5 and not spec.eval.time
+    assert spec.regime_config("agentic+no_retrieval+n=2", 1).n == 2
+
+
+def test_config_hash_keys_what_changes_results_and_nothing_else(tmp_path):
+    base = load_spec(None, {"out": str(tmp_path), "regimes": ["zero_shot"]})
+    h = base.config_hash(base.regime_config("zero_shot", 0), "m")
+    assert h != base.config_hash(base.regime_config("zero_shot", 1), "m")  # seed
+    assert h != base.config_hash(base.regime_config("zero_shot", 0), "other-model")
+    untimed = load_spec(None, {"out": str(tmp_path), "eval.time": False})
+    assert h != untimed.config_hash(untimed.regime_config("zero_shot", 0), "m")
+    # where the work runs is not part of a cell's identity: a resumed study may use other devices
+    spread = load_spec(None, {"out": str(tmp_path / "x"), "jobs": 5, "cache_dir": "/c"})
+    assert h == spread.config_hash(spread.regime_config("zero_shot", 0), "m")
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    ({"regimes": ["telepathy"]}, "unknown regime"),
+    ({"devices": ["cpu", "cuda:0"]}, "mix cpu and cuda"),
+    ({"seeds": [1, 1]}, "seeds"),
+    ({"target": "fortran"}, "unknown target"),
+])
+def test_bad_study_input_is_one_line(tmp_path, overrides, needle):
+    with pytest.raises(StudySpecError) as e:
+        load_spec(None, {"out": str(tmp_path), **overrides})
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_torn_last_line_does_not_corrupt_the_next_record(tmp_path):
+    r = attempt("h/zero_shot/t1", "run1", 0, 0, result(Verdict.CORRECT))
+    path = tmp_path / ATTEMPTS
+    append_record(path, r)
+    with open(path, "a") as f:  # what a SIGKILL in the middle of a write leaves
+        f.write(r.model_dump_json()[:57])
+    append_record(path, r.model_copy(update={"id": "second"}))
+    got, bad = read_records(path, type(r))
+    assert [a.id for a in got] == [r.id, "second"] and bad == 1
+
+
+def test_attempts_of_an_interrupted_cell_are_not_read(tmp_path):
+    key = "h/zero_shot/t1"
+    killed = [attempt(key, "dead", 0, 0, result(Verdict.WRONG_OUTPUT))]
+    redone = [attempt(key, "live", 0, 0, result(Verdict.CORRECT))]
+    orphan = attempt("h/zero_shot/t2", "dead", 0, 0, result(Verdict.CORRECT))  # its cell never finished
+    write(tmp_path, [cell(key, "live", redone, redone[0])], [*killed, orphan, *redone])
+    data = read_study(tmp_path)
+    assert [c.key for c in data.cells] == [key]
+    assert [(a.run, a.eval.verdict) for a in data.attempts_of(data.cells[0])] == [("live", Verdict.CORRECT)]
+    assert data.dropped_attempts == 2
+
+
+def test_the_last_line_of_a_cell_key_wins(tmp_path):
+    key = "h/zero_shot/t1"
+    failed = cell(key, "r1", [], None, status="failed")
+    a = attempt(key, "r2", 0, 0, result(Verdict.CORRECT))
+    write(tmp_path, [failed, cell(key, "r2", [a], a)], [a])
+    cells, _ = read_records(tmp_path / CELLS, StudyCell)
+    assert len(cells) == 2
+    data = read_study(tmp_path)
+    assert len(data.cells) == 1 and data.cells[0].status == "ok" and data.selected(data.cells[0]).id == a.id

@@ -1,0 +1,115 @@
+"""The report: a pure function of the logs. A golden file pins the tables of a small recorded study
+(tests/fixtures/study/: the 2 regimes x 3 tasks replay study, and an import with timing); the
+HTML is opened in headless Chromium."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+from typer.testing import CliRunner
+
+from kernelwright.cli import app
+from kernelwright.records import Verdict
+from kernelwright.study import metrics, tables
+from kernelwright.study.figures import COLORS
+from kernelwright.study.log import read_study
+from kernelwright.study.report import build
+from tests.conftest import FIXTURES
+from tests.study._records import attempt, cell, result, write
+
+STUDY = FIXTURES / "study"
+FOLDERS = [STUDY / "small", STUDY / "imported"]
+GOLDEN = STUDY / "tables.golden.md"
+
+
+def test_tables_match_the_golden_file():
+    """Regenerate with KW_UPDATE_GOLDEN=1 after a deliberate change, and read the diff."""
+    got = tables.markdown_tables(build(FOLDERS).tables)
+    if os.environ.get("KW_UPDATE_GOLDEN"):
+        GOLDEN.write_text(got)
+    assert got == GOLDEN.read_text()
+
+
+def test_recorded_study_is_counted_as_recorded():
+    data = read_study(*FOLDERS)
+    scored = metrics.score(data)
+    st = {g: metrics.stats(g, items) for g, items in metrics.groups(scored).items()}
+    imported = st["import:kernelbench_runs"]
+    # the unmatched problem stays in the denominator as a failure
+    assert imported.cells == 3 and imported.custom_correct == 1 and len(imported.speedups) == 1
+    assert st["zero_shot"].cells == 3 and st["zero_shot"].custom_correct == 0
+
+
+def test_report_files_are_self_contained(tmp_path):
+    r = CliRunner().invoke(app, ["study", "report", *map(str, FOLDERS), "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    md, html = (tmp_path / "REPORT.md").read_text(), (tmp_path / "report.html").read_text()
+    for t in ("Table I", "Table II", "Table III", "Table IV"):
+        assert t in md and t in html
+    assert "![Best-of-n scaling](figures/best_of_n.png)" in md
+    for png in ("best_of_n.png", "matrix.png"):
+        assert (tmp_path / "figures" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert html.count("data:image/png;base64,") == 2
+    assert not re.search(r"""(src|href)=["'](https?:|//|[^"'#d])""", html), "the HTML must load nothing from outside"
+    assert "<details>" in html and "kept kernel" in html  # kept kernels, collapsible
+
+
+def test_a_missing_folder_is_bad_input(tmp_path):
+    r = CliRunner().invoke(app, ["study", "report", str(tmp_path)])
+    assert r.exit_code == 2 and "not a study folder" in r.output
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed (apt-get install chromium)")
+def test_html_opens_in_headless_chromium(tmp_path):
+    from PIL import Image
+
+    CliRunner().invoke(app, ["study", "report", *map(str, FOLDERS), "--out", str(tmp_path)])
+    url = (tmp_path / "report.html").resolve().as_uri()
+    flags = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True, timeout=120, check=False)
+    assert "Table I: outcomes per regime" in dom.stdout and "<table>" in dom.stdout, dom.stderr[-2000:]
+    shot = tmp_path / "shot.png"
+    subprocess.run([*flags, "--window-size=1280,1600", f"--screenshot={shot}", url], capture_output=True,
+                   timeout=120, check=False)
+    assert shot.is_file() and shot.stat().st_size > 30_000
+    img = Image.open(shot).convert("RGB")
+    top = img.crop((0, 0, 1280, 900))  # the tables are at the top of the page
+    assert len(top.getcolors(maxcolors=1 << 20) or []) > 50, "the screenshot is blank or nearly so"
+    # the table headers' blue fill is drawn: the tables rendered, not just text
+    assert any(rgb == (0xDB, 0xE9, 0xF7) for _, rgb in top.getcolors(maxcolors=1 << 20))
+
+
+def test_ablation_table_compares_like_with_like(tmp_path):
+    cells, attempts = [], []
+    outcomes = {  # regime -> verdict per task
+        "agentic": [Verdict.CORRECT, Verdict.CORRECT, Verdict.WRONG_OUTPUT, Verdict.CORRECT],
+        "agentic+no_retrieval": [Verdict.CORRECT, Verdict.WRONG_OUTPUT, Verdict.WRONG_OUTPUT],  # 3 tasks only
+    }
+    for regime, verdicts in outcomes.items():
+        for i, v in enumerate(verdicts):
+            key = f"h{len(regime)}/{regime}/t{i}"
+            a = attempt(key, "r", 0, 0, result(v, speedup=2.0 if v == Verdict.CORRECT else None,
+                                                faster=v == Verdict.CORRECT))
+            attempts.append(a)
+            cells.append(cell(key, "r", [a], a))
+    scored = metrics.score(read_study(write(tmp_path, cells, attempts)))
+    t3 = tables.table_iii(scored)
+    # compared on the 3 tasks both ran: 2/3 vs 1/3
+    assert t3.rows == [["agentic+no_retrieval", "agentic", "3", "33.3% vs 66.7% (-33.3 pt)",
+                        "33.3% vs 66.7% (-33.3 pt)", "100.0% vs 100.0% (+0.0 pt)", "2x vs 2x (1x)"]]
+
+
+def test_best_of_n_is_the_unbiased_estimate():
+    assert metrics.pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert metrics.pass_at_k(4, 1, 2) == pytest.approx(0.5)
+    assert metrics.pass_at_k(4, 0, 4) == 0.0 and metrics.pass_at_k(4, 3, 2) == 1.0
+
+
+def test_every_verdict_has_a_colour():
+    assert {v.value for v in Verdict} <= set(COLORS)
+
