@@ -146,6 +146,11 @@ class EvalResult(BaseModel):
     faster: bool = False  # speedup > 1 beyond noise (candidate p75 < reference p25)
     runtime_ms: Optional[float] = None
     ref_runtime_ms: Optional[float] = None
+    # With EvalConfig.compile_baseline: torch.compile(reference) timed under the same protocol.
+    compile_runtime_ms: Optional[float] = None
+    compile_timing: Optional[TimingStats] = None
+    faster_than_compile: Optional[bool] = None  # beyond noise, as `faster`; None: not measured
+    compile_baseline_error: Optional[str] = None  # torch.compile failed on this machine: why
     error: Optional[str] = None  # the first relevant lines
     stages: list[Stage] = Field(default_factory=list)
 

@@ -58,6 +58,9 @@ class EvalConfig:
     input_sets: int = 8
     flush_cache: bool = True
     time: bool = True  # time correct candidates (and no_custom_kernel ones) against the reference
+    # also time torch.compile(reference) under the same protocol (fast_1 vs torch.compile); costs a
+    # compile of the reference per timed candidate
+    compile_baseline: bool = False
     compile_only: bool = False
     # Off only to study the dynamic checks on their own (tests, research); never for real results.
     static_checks: bool = True
@@ -232,6 +235,7 @@ def make_job(task: Task, code: str, cfg: EvalConfig, workdir: str, prebuild: boo
         "atol": cfg.atol,
         "rtol": cfg.rtol,
         "timing": {"warmup": cfg.warmup, "iters": cfg.iters, "flush_cache": cfg.flush_cache},
+        "compile_baseline": cfg.compile_baseline,
         "input_sets": cfg.input_sets,
         "time": cfg.time,
         "compile_only": cfg.compile_only or prebuild,

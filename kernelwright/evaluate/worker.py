@@ -154,6 +154,11 @@ class Worker:
                                        "python": sys.version.split()[0]}
             if self.device.type == "cuda":
                 self.fields["versions"]["gpu"] = torch.cuda.get_device_name(self.device)
+            if job.get("compile_baseline"):
+                # dynamo wraps torch functions (manual_seed, ...) when first imported: let that happen
+                # before the tamper guard takes its snapshot, not during the baseline's compile
+                import torch._dynamo  # noqa: F401
+                import torch._inductor.compile_fx  # noqa: F401
 
         with self.stage("load_reference"):
             try:
@@ -348,6 +353,27 @@ class Worker:
         self.fields["faster"] = bool(speedup and speedup > 1 and timing.faster_beyond_noise(cand, ref))
         if speedup and speedup > 10:
             self.fields.setdefault("flags", []).append("speedup_above_10x: review before trusting")
+        if job.get("compile_baseline"):
+            self._compile_baseline(sets, cfg, cand)
+
+    def _compile_baseline(self, sets: list, cfg: Any, cand: Any) -> None:
+        """torch.compile(reference), timed like the rest. A compile that fails here is a fact about
+        this machine (no C++ compiler for inductor, an unsupported op), recorded, not a verdict."""
+        timing, inst = self.timing, self.instrument
+        threads, children = inst.python_threads(), inst.child_pids()
+        try:
+            compiled = self.torch.compile(self.ref_model)
+            comp = timing.time_calls(compiled, sets, self.device, cfg)
+        except Exception as e:  # noqa: BLE001 -- any failure of the baseline is reported as such
+            text = str(e).strip()
+            self.fields["compile_baseline_error"] = f"{type(e).__name__}: {text.splitlines()[0][:200] if text else ''}"
+            return
+        finally:
+            # inductor's compile threads and workers are ours, not the candidate's
+            self.baseline_threads = inst.python_threads() - threads
+            self.baseline_children = inst.child_pids() - children
+        self.fields["compile_timing"], self.fields["compile_runtime_ms"] = comp.model_dump(), comp.median_ms
+        self.fields["faster_than_compile"] = bool(cand.median_ms < comp.median_ms and timing.faster_beyond_noise(cand, comp))
 
     def _recheck(self) -> None:
         torch, compare = self.torch, self.compare
@@ -369,8 +395,8 @@ class Worker:
             raise Finish("cheat", "; ".join(changed), cheat_reasons=changed)
 
     def _check_leftovers(self, threads_before: set[int], children_before: set[int]) -> None:
-        threads = self.instrument.python_threads() - threads_before
-        children = self.instrument.child_pids() - children_before
+        threads = self.instrument.python_threads() - threads_before - getattr(self, "baseline_threads", set())
+        children = self.instrument.child_pids() - children_before - getattr(self, "baseline_children", set())
         reasons = []
         if threads:
             reasons.append(f"{len(threads)} Python thread(s) started by the candidate are still running")

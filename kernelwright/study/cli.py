@@ -50,6 +50,7 @@ def run_cmd(
     iters: Annotated[int | None, typer.Option(help="Timed calls per module.")] = None,
     warmup: Annotated[int | None, typer.Option(help="Warm-up calls per module.")] = None,
     timing: Annotated[bool | None, typer.Option("--timing/--no-timing", help="Time correct candidates (default on).")] = None,
+    compile_baseline: Annotated[bool | None, typer.Option("--compile-baseline/--no-compile-baseline", help="Also time torch.compile(reference) for Table I's fast_1 vs torch.compile (default off).")] = None,
     size: Annotated[str | None, typer.Option(help="Task size: small, full or auto.")] = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Redo cells recorded as failed.")] = False,
     executor: Annotated[str | None, typer.Option(help="Where evaluations run: local (this machine's pool) or ray (RAY_ADDRESS; docs/scaling.md).")] = None,
@@ -66,7 +67,7 @@ def run_cmd(
                  "n": n, "turns": turns, "seeds": seeds, "devices": _split(devices), "target": target,
                  "max_tokens": max_tokens, "facts": str(facts) if facts else None, "jobs": jobs, "cache_dir": cache_dir,
                  "eval.timeout": timeout, "eval.trials": trials, "eval.iters": iters, "eval.warmup": warmup,
-                 "eval.time": timing, "eval.size": size, "executor": executor}
+                 "eval.time": timing, "eval.size": size, "eval.compile_baseline": compile_baseline, "executor": executor}
     try:
         spec = load_spec(study_file, overrides)
     except StudySpecError as e:

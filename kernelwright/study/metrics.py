@@ -75,6 +75,16 @@ class Scored:
         r = self.result
         return self.custom_correct and r is not None and r.faster
 
+    @property
+    def compile_timed(self) -> bool:
+        r = self.result
+        return r is not None and r.faster_than_compile is not None
+
+    @property
+    def fast_vs_compile(self) -> bool:
+        r = self.result
+        return self.fast and r is not None and bool(r.faster_than_compile)
+
 
 @dataclass
 class GroupStats:
@@ -85,6 +95,8 @@ class GroupStats:
     custom_correct: int
     fast: int
     untimed_custom_correct: int  # correct picks without a timing: fast_1 cannot be stated
+    fast_vs_compile: int = 0
+    uncompiled_custom_correct: int = 0  # correct picks without a torch.compile timing
     speedups: list[float] = field(default_factory=list)
 
     def pct(self, k: int) -> float | None:
@@ -93,6 +105,12 @@ class GroupStats:
     @property
     def fast_pct(self) -> float | None:
         return None if self.untimed_custom_correct else self.pct(self.fast)
+
+    @property
+    def fast_vs_compile_pct(self) -> float | None:
+        """fast_1 against torch.compile; None when a correct pick has no torch.compile timing
+        (study run without --compile-baseline, or the compile failed on that machine)."""
+        return None if self.uncompiled_custom_correct or not self.cells else self.pct(self.fast_vs_compile)
 
     @property
     def geomean(self) -> float | None:
@@ -110,6 +128,8 @@ def stats(group: str, scored: list[Scored]) -> GroupStats:
         correct=sum(s.correct for s in scored), custom_correct=sum(s.custom_correct for s in scored),
         fast=sum(s.fast for s in scored),
         untimed_custom_correct=sum(s.custom_correct and not s.timed for s in scored),
+        fast_vs_compile=sum(s.fast_vs_compile for s in scored),
+        uncompiled_custom_correct=sum(s.custom_correct and not s.compile_timed for s in scored),
         speedups=[s.result.speedup for s in scored if s.custom_correct and s.timed],  # type: ignore[union-attr,misc]
     )  # fmt: skip
 

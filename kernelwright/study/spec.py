@@ -63,6 +63,7 @@ class EvalSettings(BaseModel):
     time: bool = True
     size: str = "auto"
     compile_only: bool = False
+    compile_baseline: bool = False  # also time torch.compile(reference): Table I's fast_1 vs torch.compile
 
     def to_config(self, device: str, cache_dir: str | None):
         from kernelwright.evaluate import EvalConfig

@@ -76,15 +76,16 @@ def table_i(scored: list[Scored]) -> Table:
     for group, items in metrics.groups(scored).items():
         st = metrics.stats(group, items)
         rows.append([group, str(st.cells), pct(st.pct(st.compiled)), pct(st.pct(st.correct)),
-                     pct(st.pct(st.custom_correct)), pct(st.fast_pct), "n/a",
+                     pct(st.pct(st.custom_correct)), pct(st.fast_pct), pct(st.fast_vs_compile_pct),
                      ratio(st.geomean) + (f" (n={len(st.speedups)})" if st.speedups else "")])
     notes = [
         ("Rates are over cells (regime x task x seed), each scored by its pick (the ranking key's choice); a failed "
          "cell stays in the denominator as a failure."),
         ("fast_1: correct, custom kernel ran, and faster than the eager reference beyond noise (the candidate's p75 "
          "below the reference's p25); a tie is not a win."),
-        ("fast_1 vs torch.compile: n/a, because the evaluator records no torch.compile baseline timing (an "
-         "EvalResult holds the eager reference's timing only)."),
+        ("fast_1 vs torch.compile: as fast_1, against torch.compile(reference) timed under the same protocol "
+         "(`study run --compile-baseline`); n/a where a correct pick carries no torch.compile timing (run without "
+         "that flag, or torch.compile failed on the machine: the record says why)."),
         "Geomean speedup: over picks that are correct with a custom kernel and were timed (n = how many).",
         *_protocol_notes(scored),
     ]
