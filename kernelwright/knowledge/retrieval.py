@@ -252,6 +252,8 @@ def _build_index(notes_dir: str) -> _Index:
         import bm25s
     except ImportError as e:
         raise ImportError("kernelwright.knowledge needs bm25s: pip install bm25s") from e
+    # bm25s logs its index building at DEBUG on the root handler a CLI may have set up: not ours to show
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
     started = time.perf_counter()
     corpus = _load_notes(notes_dir)
     sections = tuple(s for n in corpus for s in n.sections)

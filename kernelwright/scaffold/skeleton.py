@@ -144,8 +144,9 @@ def _variables(seg: Segment, target: str) -> list[str]:
         lines.append(f"the block has blockDim.x = {ROW_THREADS} threads: loop `for (int64_t j = threadIdx.x; "
                      "j < cols; j += blockDim.x)`")
     if seg.per_row_output:
-        lines.append({"cuda": "write the row's result with `if (threadIdx.x == 0) y[0] = value;`",
-                      "cpp": "write the row's result to `y[0]`",
+        lines.append({"cuda": "`y` (a float, already 0): assign the row's one result to it; thread 0's y is stored "
+                              "(after block_sum/block_max every thread holds the same value)",
+                      "cpp": "`y` (a float, already 0): assign the row's one result to it",
                       "triton": "assign the row's single result (a scalar, e.g. from tl.sum(..., axis=0)) to `y`"}[target])
     else:
         lines.append({"cuda": "write `y[j]` for every column j of the row",
@@ -227,6 +228,15 @@ def _host(seg: Segment, device_check: str, launch: str) -> tuple[str, str]:
     return signature + ";", f"{signature} {{\n{body}}}\n"
 
 
+def _row_output(seg: Segment, indent: str, guard: str) -> tuple[str, str]:
+    """(declaration before the region, store after it) of a row kernel's output: a float `y` for
+    one value per row, a pointer to the row for a whole row."""
+    t = C_TYPES[seg.out_dtype]
+    if seg.per_row_output:
+        return f"{indent}float y = 0.0f;\n", f"{indent}{guard}out_ptr[row] = static_cast<{t}>(y);\n"
+    return f"{indent}{t}* y = out_ptr + row * cols;\n", ""
+
+
 def _ptr_args(seg: Segment) -> str:
     out = []
     for a in seg.args:
@@ -296,13 +306,14 @@ def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
         helpers = ""
     else:
         indent = "    "
-        y_off = "row" if seg.per_row_output else "row * cols"
+        # one value per row: a float the region assigns (an index into the output could run past it)
+        y_decl, y_store = _row_output(seg, indent, "if (threadIdx.x == 0) ")
         kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t rows, int64_t cols) {{\n"
                   "    const int64_t row = blockIdx.x;\n"
                   "    if (row >= rows) return;\n"
                   f"{_c_loads(seg, indent)}"
-                  f"    {C_TYPES[seg.out_dtype]}* y = out_ptr + {y_off};\n"
-                  f"{indent}{PLACEHOLDER}\n}}\n")
+                  f"{y_decl}"
+                  f"{indent}{PLACEHOLDER}\n{y_store}}}\n")
         launch = (f"    kw_fused_kernel<<<rows, {ROW_THREADS}, 0, at::cuda::getCurrentCUDAStream()>>>(\n"
                   f"        {_ptr_args(seg)}, rows, cols);\n"
                   "    C10_CUDA_KERNEL_LAUNCH_CHECK();\n")
@@ -319,7 +330,8 @@ def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
     call = f"kw_ext.kw_fused_impl({', '.join(['x'] + _ext_args(seg))})"
     header = "import math\n\nimport torch\nfrom torch.utils.cpp_extension import load_inline\n"
     program = _assemble_program(plan, header, kernel_part, _wrapper(seg, call))
-    default = "// (empty: y stays x)" if seg.kind == SegmentKind.ELEMENTWISE else "// (empty)"
+    default = ("// (empty: y stays x)" if seg.kind == SegmentKind.ELEMENTWISE else
+               "// (empty: y stays 0)" if seg.per_row_output else "// (empty)")
     return _scaffold(plan, seg, "cuda", program, helpers + kernel_view, indent, default, "cuda")
 
 
@@ -336,12 +348,13 @@ def _cpp(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
                 "    }\n")
     else:
         indent = "        "
-        y_off = "row" if seg.per_row_output else "row * cols"
+        y_decl, y_store = _row_output(seg, indent, "")
         loop = ("    #pragma omp parallel for if (rows * cols > 65536)\n"
                 "    for (int64_t row = 0; row < rows; ++row) {\n"
                 f"{_c_loads(seg, indent)}"
-                f"        {C_TYPES[seg.out_dtype]}* y = out_ptr + {y_off};\n"
+                f"{y_decl}"
                 f"{indent}{PLACEHOLDER}\n"
+                f"{y_store}"
                 "    }\n")
     params = ",\n    ".join(_c_params(seg) + (["int64_t n"] if seg.kind == SegmentKind.ELEMENTWISE
                                                  else ["int64_t rows", "int64_t cols"]))
@@ -358,7 +371,8 @@ def _cpp(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
     call = f"kw_ext.kw_fused_impl({', '.join(['x'] + _ext_args(seg))})"
     header = "import math\n\nimport torch\nfrom torch.utils.cpp_extension import load_inline\n"
     program = _assemble_program(plan, header, kernel_part, _wrapper(seg, call))
-    default = "// (empty: y stays x)" if seg.kind == SegmentKind.ELEMENTWISE else "// (empty)"
+    default = ("// (empty: y stays x)" if seg.kind == SegmentKind.ELEMENTWISE else
+               "// (empty: y stays 0)" if seg.per_row_output else "// (empty)")
     return _scaffold(plan, seg, "cpp", program, kernel_view, indent, default, "cpp")
 
 

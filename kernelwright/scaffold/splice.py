@@ -131,22 +131,24 @@ def _brace_balance(lines: list[str]) -> int:
 
 def _c_fixes(scaffold: Scaffold, lines: list[str], repairs: list[str]) -> list[str]:
     out = []
-    elementwise = scaffold.segment is not None and scaffold.segment.kind == SegmentKind.ELEMENTWISE
-    accessors = [a.name for a in scaffold.segment.args] if scaffold.segment is not None and not elementwise else []
+    seg = scaffold.segment
+    elementwise = seg is not None and seg.kind == SegmentKind.ELEMENTWISE
+    scalar_y = elementwise or (seg is not None and seg.per_row_output)  # `float y` declared before the region
+    accessors = [a.name for a in seg.args] if seg is not None and not elementwise else []
     for line in lines:
         for name in accessors:  # row inputs are read as x(j); x[j] indexes the lambda itself
             new = re.sub(rf"\b{re.escape(name)}\[([^\[\]]+)\]", rf"{name}(\1)", line)
             if new != line:
                 repairs.append(f"`{name}[...]` reads a row input: turned into `{name}(...)`")
                 line = new
-        if elementwise and C_DECL_Y.match(line):
+        if scalar_y and C_DECL_Y.match(line):
             line = C_DECL_Y.sub(r"\1y =", line, count=1)
             repairs.append("`y` is already declared: turned the declaration into an assignment")
         m = C_RETURN.match(line)
-        if elementwise and m and m.group(2).strip() != "y":
+        if scalar_y and m and m.group(2).strip() != "y":
             line = f"{m.group(1)}y = {m.group(2)};"
             repairs.append("`return value;` in the region: assigned the value to y instead")
-        elif elementwise and m:
+        elif scalar_y and m:
             repairs.append("dropped `return y;` (the skeleton stores y)")
             continue
         out.append(line)

@@ -128,9 +128,8 @@ class Emitter:
         expr = f"({y.expr} + {self.value(1.0)})" if wrong else y.expr
         if not self.row or self.lang == "py":
             self.lines.append(f"y = {expr};" if self.lang == "c" else f"y = {expr}")
-        elif y.per_row:
-            guard = "if (threadIdx.x == 0) " if self.target == "cuda" else ""
-            self.lines.append(f"{guard}y[0] = {expr};")
+        elif y.per_row:  # a float y, stored by the skeleton
+            self.lines.append(f"y = {expr};")
         else:
             loop = ("for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)" if self.target == "cuda"
                     else "for (int64_t j = 0; j < cols; ++j)")
