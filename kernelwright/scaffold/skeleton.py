@@ -327,12 +327,7 @@ def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
     kernel_part = (f'KW_CPP_SOURCE = """\n{decl}\n"""\n\nKW_CUDA_SOURCE = r"""\n{cuda_src}"""\n\n'
                    f'kw_ext = load_inline(name="{name}", cpp_sources=KW_CPP_SOURCE, cuda_sources=KW_CUDA_SOURCE,\n'
                    '                     functions=["kw_fused_impl"], extra_cuda_cflags=["-O3"], verbose=False)\n')
-    call = f"kw_ext.kw_fused_impl({', '.join(['x'] + _ext_args(seg))})"
-    header = "import math\n\nimport torch\nfrom torch.utils.cpp_extension import load_inline\n"
-    program = _assemble_program(plan, header, kernel_part, _wrapper(seg, call))
-    default = ("// (empty: y stays x)" if seg.kind == SegmentKind.ELEMENTWISE else
-               "// (empty: y stays 0)" if seg.per_row_output else "// (empty)")
-    return _scaffold(plan, seg, "cuda", program, helpers + kernel_view, indent, default, "cuda")
+    return _load_inline_scaffold(plan, seg, "cuda", kernel_part, helpers + kernel_view, indent)
 
 
 def _cpp(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
@@ -368,12 +363,19 @@ def _cpp(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
     kernel_part = (f'KW_CPP_SOURCE = r"""\n{src}"""\n\n'
                    f'kw_ext = load_inline(name="{name}", cpp_sources=KW_CPP_SOURCE, functions=["kw_fused_impl"],\n'
                    '                     extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)\n')
+    return _load_inline_scaffold(plan, seg, "cpp", kernel_part, kernel_view, indent)
+
+
+def _load_inline_scaffold(plan: ScaffoldPlan, seg: Segment, target: str, kernel_part: str, kernel_view: str,
+                          indent: str) -> Scaffold:
+    """The Python around a load_inline extension (CUDA and CPU C++ alike): imports, the wrapper
+    that shapes inputs and output, ModelNew."""
     call = f"kw_ext.kw_fused_impl({', '.join(['x'] + _ext_args(seg))})"
     header = "import math\n\nimport torch\nfrom torch.utils.cpp_extension import load_inline\n"
     program = _assemble_program(plan, header, kernel_part, _wrapper(seg, call))
     default = ("// (empty: y stays x)" if seg.kind == SegmentKind.ELEMENTWISE else
                "// (empty: y stays 0)" if seg.per_row_output else "// (empty)")
-    return _scaffold(plan, seg, "cpp", program, kernel_view, indent, default, "cpp")
+    return _scaffold(plan, seg, target, program, kernel_view, indent, default, target)
 
 
 # ---- Triton --------------------------------------------------------------------------------------
