@@ -24,7 +24,7 @@ import ast
 import keyword
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 import torch
@@ -116,6 +116,8 @@ class _Candidate:
     def __init__(self, nodes: list[fx.Node]):
         self.nodes = nodes
         self.names = {n.name for n in nodes}
+        # the values read outside the run (a valid segment has exactly one)
+        self.outs = [n for n in nodes if any(u.name not in self.names for u in n.users)]
 
 
 def _best_segment(model: nn.Module, gm: fx.GraphModule, graph: OpGraph,
@@ -167,10 +169,9 @@ def _components(order: list[fx.Node]) -> list[list[fx.Node]]:
 
 def _segment(model: nn.Module, gm: fx.GraphModule, cand: _Candidate, info: dict[str, OpNode],
              values: dict[str, Any]) -> Segment | str:
-    outs = [n for n in cand.nodes if any(u.name not in cand.names for u in n.users)]
-    if len(outs) != 1:
-        return f"{len(outs)} values leave the run"
-    out_node = outs[0]
+    if len(cand.outs) != 1:
+        return f"{len(cand.outs)} values leave the run"
+    out_node = cand.outs[0]
     out = values[out_node.name]
     if not isinstance(out, torch.Tensor) or out.dtype not in FLOAT_DTYPES:
         return "the run's result is not a float tensor"
@@ -362,7 +363,7 @@ def _torch_lines(gm: fx.GraphModule, cand: _Candidate, out_node: fx.Node,
     g = fx.Graph()
     env: dict[fx.Node, Any] = {}
     param_names: dict[str, str] = {}
-    for (origin, _, src), name in zip(tensors, names):
+    for (origin, _, src), name in zip(tensors, names, strict=True):
         if src is not None:
             env[src] = g.placeholder(name)
         else:
@@ -398,7 +399,7 @@ def _rewrite(gm: fx.GraphModule, model: nn.Module, seg: Segment, cand: _Candidat
     g = gm.graph
     by_name = {n.name: n for n in g.nodes}
     last = cand.nodes[-1]
-    out_node = by_name[next(n.name for n in cand.nodes if any(u.name not in cand.names for u in n.users))]
+    out_node = cand.outs[0]
     arg_nodes: list[fx.Node] = []
     cursor = last
     for a in seg.args:
@@ -440,10 +441,8 @@ def _resolve_globals(src: str, globals_: dict[str, Any], module_name: str) -> st
             header.append(f"{name} = float({name!r})")
         elif name == "device" and value is torch.device:
             header.append("device = torch.device")
-        elif getattr(value, "__module__", None) == module_name and hasattr(value, "__name__"):
-            if value.__name__ != name:
-                header.append(f"{name} = {value.__name__}")
-        elif getattr(value, "__module__", None) == "builtins" and hasattr(value, "__name__"):
+        elif getattr(value, "__module__", None) in (module_name, "builtins") and hasattr(value, "__name__"):
+            # defined in the copied reference code, or a builtin: in scope under its own name
             if value.__name__ != name:
                 header.append(f"{name} = {value.__name__}")
         elif isinstance(getattr(value, "__module__", None), str) and "." not in getattr(value, "__qualname__", "."):
@@ -461,7 +460,7 @@ def _resolve_globals(src: str, globals_: dict[str, Any], module_name: str) -> st
     return "\n".join(body)
 
 
-def _cut(source: str, keep: callable) -> str:
+def _cut(source: str, keep: Callable[[ast.stmt], bool]) -> str:
     tree = ast.parse(source)
     lines = source.splitlines()
     drop: set[int] = set()
