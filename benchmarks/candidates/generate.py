@@ -346,7 +346,7 @@ __global__ void gelu_tanh_kernel(const float* __restrict__ x, float* __restrict_
 }
 
 torch::Tensor gelu_tanh(torch::Tensor x) {
-    CHECK
+    @CHECK@
     auto xc = x.contiguous();
     auto y = torch::empty_like(xc);
     const int64_t n = xc.numel();
@@ -356,7 +356,7 @@ torch::Tensor gelu_tanh(torch::Tensor x) {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return y;
 }
-""".replace("CHECK", CU_CHECK)
+""".replace("@CHECK@", CU_CHECK)
 CU_GELU_WRONG = CU_GELU.replace("y[i] = 0.5f * v * (1.0f + tanhf(u));", "y[i] = u > 0.0f ? v : 0.0f;  // relu, not gelu")
 CU_GELU_ILLEGAL = CU_GELU.replace("y[i] = 0.5f * v * (1.0f + tanhf(u));",
                                   "y[i * 1000003LL] = 0.5f * v * (1.0f + tanhf(u));  // far out of bounds")
@@ -381,7 +381,7 @@ __global__ void softmax_kernel(const float* __restrict__ x, float* __restrict__ 
 }
 
 torch::Tensor softmax_rows(torch::Tensor x) {
-    CHECK
+    @CHECK@
     auto xc = x.contiguous();
     auto y = torch::empty_like(xc);
     const int64_t cols = xc.size(-1), rows = xc.numel() / cols;
@@ -389,7 +389,7 @@ torch::Tensor softmax_rows(torch::Tensor x) {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return y;
 }
-""".replace("CHECK", CU_CHECK)
+""".replace("@CHECK@", CU_CHECK)
 CU_SOFTMAX_BROKEN = CU_SOFTMAX.replace("const float inv = 1.0f / s;", "const float inv = 1.0f / s")
 CU_ROWSUM = CU_REDUCE + r"""
 __global__ void row_sum_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t cols) {
@@ -402,7 +402,7 @@ __global__ void row_sum_kernel(const float* __restrict__ x, float* __restrict__ 
 }
 
 torch::Tensor row_sum(torch::Tensor x) {
-    CHECK
+    @CHECK@
     auto xc = x.contiguous();
     const int64_t rows = xc.size(0), cols = xc.size(1);
     auto y = torch::empty({rows, 1}, xc.options());
@@ -410,7 +410,7 @@ torch::Tensor row_sum(torch::Tensor x) {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return y;
 }
-""".replace("CHECK", CU_CHECK)
+""".replace("@CHECK@", CU_CHECK)
 CU_ROWSUM_WRONG = CU_ROWSUM.replace("c < cols; c += blockDim.x) s += row[c];", "c < cols - 1; c += blockDim.x) s += row[c];")
 CU_ROWSUM_CHECK = CU_ROWSUM.replace(CU_CHECK, 'TORCH_CHECK(x.dim() == 3, "row_sum expects a 3-D input");')
 CU_ROWMEAN_SHAPE = CU_REDUCE + r"""
@@ -425,7 +425,7 @@ __global__ void row_mean_kernel(const float* __restrict__ x, float* __restrict__
 
 // Keeps the reduced dimension: (batch, seq, 1) where (batch, seq) is expected.
 torch::Tensor row_mean(torch::Tensor x) {
-    CHECK
+    @CHECK@
     auto xc = x.contiguous();
     const int64_t hidden = xc.size(-1), rows = xc.numel() / hidden;
     auto y = torch::empty({xc.size(0), xc.size(1), 1}, xc.options());
@@ -433,7 +433,7 @@ torch::Tensor row_mean(torch::Tensor x) {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return y;
 }
-""".replace("CHECK", CU_CHECK)
+""".replace("@CHECK@", CU_CHECK)
 CU_RMS = CU_REDUCE + r"""
 __global__ void rms_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
                            int64_t hidden, float eps) {
@@ -448,7 +448,7 @@ __global__ void rms_kernel(const float* __restrict__ x, const float* __restrict_
 }
 
 torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
-    CHECK
+    @CHECK@
     auto xc = x.contiguous();
     auto wc = w.contiguous();
     auto y = torch::empty_like(xc);
@@ -458,7 +458,7 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return y;
 }
-""".replace("CHECK", CU_CHECK)
+""".replace("@CHECK@", CU_CHECK)
 CU_TRANSPOSE = r"""
 // 32x32 tiles through shared memory (padded against bank conflicts): reads and writes coalesced.
 __global__ void transpose_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t a, int64_t b) {
@@ -479,7 +479,7 @@ __global__ void transpose_kernel(const float* __restrict__ x, float* __restrict_
 }
 
 torch::Tensor transpose12(torch::Tensor x) {
-    CHECK
+    @CHECK@
     auto xc = x.contiguous();
     const int64_t n = xc.size(0), a = xc.size(1), b = xc.size(2);
     auto y = torch::empty({n, b, a}, xc.options());
@@ -489,7 +489,7 @@ torch::Tensor transpose12(torch::Tensor x) {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return y;
 }
-""".replace("CHECK", CU_CHECK)
+""".replace("@CHECK@", CU_CHECK)
 
 TRITON_HEAD = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
 TRITON_GELU = TRITON_HEAD + '''

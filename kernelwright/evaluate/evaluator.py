@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import tempfile
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -145,6 +146,14 @@ def set_executor(executor: Optional[Any]) -> Optional[Any]:
     global _executor
     previous, _executor = _executor, executor
     return previous
+
+
+def waiting_for_evaluations() -> AbstractContextManager:
+    """Held by a caller while it waits for evaluations it handed to other threads: the installed
+    executor may want the caller to let go of something meanwhile (a study cell releases its
+    device, which the evaluations need)."""
+    waiting = getattr(_executor, "waiting", None)
+    return waiting() if waiting is not None else nullcontext()
 
 
 def evaluate(task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None) -> EvalResult:

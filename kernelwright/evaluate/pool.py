@@ -43,10 +43,12 @@ from typing import Any, Optional
 
 from kernelwright.evaluate import sandbox
 from kernelwright.evaluate.dedupe import LinkTable, result_key
+from kernelwright.evaluate.device_lock import DeviceLock, device_key
 from kernelwright.evaluate.evaluator import (
     EvalConfig,
     GPUUnavailableError,
     Prepared,
+    cache_root,
     check_gpu_after,
     precheck,
     run_prepared,
@@ -96,6 +98,10 @@ class PoolConfig:
     dedupe: bool = True
     prebuild: bool = True  # False: every build happens in the device slot (one at a time)
     scratch: Optional[str] = None  # slot folders; default: a fresh folder under the build cache
+    # Held by a device slot around each evaluation, keyed by device as given in `devices`: the
+    # study runner passes the locks its cells hold while they profile or analyse on a device, so
+    # that work never overlaps an evaluation's timing either.
+    device_locks: Optional[dict[str, threading.Lock]] = None
 
 
 @dataclass
@@ -208,6 +214,7 @@ class EvalPool:
         self._links = LinkTable()
         self._lock = threading.Lock()
         self._lost: set[str] = set()
+        self._device_locks = {_queue_name(d.strip().lower()): lock for d, lock in (self.config.device_locks or {}).items()}
         self._compile_q: queue.Queue = queue.Queue()
         self._device_q: dict[str, queue.Queue] = {}
         self._compile_threads: list[tuple[queue.Queue, threading.Thread]] = []
@@ -353,7 +360,8 @@ class EvalPool:
         device = job.cfg.device
         if device in self._lost:
             raise GPUUnavailableError(device)
-        result = run_prepared(job.task, job.pre, job.cfg, slot.run)
+        with self._device_guard(device, job.cfg):
+            result = run_prepared(job.task, job.pre, job.cfg, slot.run)
         with self._lock:
             self.stats.evaluated += 1
         if job.prebuild_s:
@@ -367,9 +375,16 @@ class EvalPool:
             raise
 
 
+    def _device_guard(self, device: str, cfg: EvalConfig) -> DeviceLock:
+        """One evaluation on `device` at a time: the caller's lock for it (in this process), then
+        the device's lock file, so two kernelwright processes on one machine (two studies side by
+        side, a study and an optimize run) never time on a GPU at once either."""
+        return DeviceLock(device, cache_root(cfg), self._device_locks.get(_queue_name(device)))
+
+
 def _queue_name(device: str) -> str:
     """`cuda` and `cuda:0` are one GPU (validate_device keeps `cuda` as is in compile-only mode)."""
-    return "cuda:0" if device == "cuda" else device
+    return device_key(device)
 
 
 class _Handed(Exception):

@@ -52,6 +52,8 @@ class LlamaCppBackend:
         local_model.check_gguf(path)  # a truncated file would otherwise fail deep inside llama.cpp
         self.path = path
         self.model = model or path.stem
+        # where the model computes: a study keeps evaluations' timing off a device while it generates
+        self.device = "cpu" if gpu_layers == 0 else "cuda:0"
         threads = threads or cpu_threads()
         start = time.perf_counter()
         try:

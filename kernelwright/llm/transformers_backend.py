@@ -9,6 +9,8 @@ same requests give the same completions, but a sample's text depends on the batc
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from itertools import groupby
@@ -48,8 +50,25 @@ def split_target(target: str) -> tuple[str, str | None]:
     return repo, filename
 
 
+def _flag(value: str) -> bool:
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def dequantized_dir(gguf: Path, dtype: str) -> Path:
+    """Where the dequantised copy of a GGUF file is kept: keyed by its name, size and dtype."""
+    size = gguf.stat().st_size
+    return local_model.cache_dir() / "dequantized" / f"{gguf.stem}-{size}-{dtype}"
+
+
 class TransformersBackend:
-    SPEC_OPTIONS = {"model": str, "dtype": str, "device": str, "batch_size": int}
+    # many requests in one generate() call cost little more than one (a GPU batch, concurrent
+    # HTTP calls): a shared caller gathers concurrent requests for it (llm/coalesce.py)
+    batches_requests = True
+    SPEC_OPTIONS = {"model": str, "dtype": str, "device": str, "batch_size": int, "keep_dequantized": _flag}
 
     def __init__(
         self,
@@ -60,6 +79,7 @@ class TransformersBackend:
         dtype: str = "bfloat16",
         batch_size: int = 8,
         model: str | None = None,
+        keep_dequantized: bool | None = None,
     ) -> None:
         if dtype not in DTYPES:
             raise BackendError(f"transformers: unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
@@ -73,17 +93,48 @@ class TransformersBackend:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.batch_size = max(1, batch_size)
         self.model = model or (Path(gguf_file).stem if gguf_file else model_id)
-        source = {"gguf_file": gguf_file} if gguf_file else {}
+        source: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
+        # Dequantising a GGUF takes most of a minute (80 s for the 1.5B on the H200's host): the
+        # result is kept once, as safetensors, and read back in seconds. On by default on a GPU.
+        keep = self.device.startswith("cuda") if keep_dequantized is None else keep_dequantized
+        local_gguf = Path(model_id) / gguf_file if gguf_file else None
+        kept = dequantized_dir(local_gguf, dtype) if local_gguf is not None and local_gguf.is_file() and keep else None
+        load_from = model_id
+        if kept is not None and (kept / "config.json").is_file():
+            load_from, source = str(kept), {}
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(model_id, **source)
-            self._lm = AutoModelForCausalLM.from_pretrained(model_id, **source, **{_dtype_kwarg(): DTYPES[dtype]})
+            self.tokenizer = AutoTokenizer.from_pretrained(load_from, **source)
+            self._lm = AutoModelForCausalLM.from_pretrained(load_from, **source, **{_dtype_kwarg(): DTYPES[dtype]})
         except (OSError, ValueError) as e:
             raise BackendError(f"transformers cannot load {model_id} {gguf_file or ''}: {first_line(e)}") from e
+        if kept is not None and load_from == model_id:
+            self._keep(kept)
+        self.loaded_from = load_from
         self._lm.to(self.device).eval()
         self.tokenizer.padding_side = "left"  # decoder-only: new tokens must follow the prompt directly
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self._stop_ids = self._end_of_turn_ids()
+
+    def _keep(self, folder: Path) -> None:
+        """Save the dequantised weights and tokenizer; a failure (a full disk) costs only the speed-up."""
+        tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            # save_pretrained refuses a model read from a GGUF ("not serializable"), but its
+            # weights are plain tensors by now: the config plus one safetensors file is a model
+            # folder from_pretrained reads (safetensors' save_model drops tied duplicates)
+            from safetensors.torch import save_model
+
+            self._lm.config.save_pretrained(tmp)
+            self._lm.generation_config.save_pretrained(tmp)
+            save_model(self._lm, str(tmp / "model.safetensors"))
+            self.tokenizer.save_pretrained(tmp)
+            tmp.rename(folder)  # atomic: a reader sees the whole folder or none
+        except (OSError, ValueError, RuntimeError) as e:
+            log.warning("could not keep the dequantised model in %s (%s); the next load dequantises again", folder, e)
+            shutil.rmtree(tmp, ignore_errors=True)
 
     @classmethod
     def from_spec(cls, target: str, options: Mapping[str, str]) -> TransformersBackend:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from kernelwright import prompts
 from kernelwright.evaluate import EvalConfig, evaluate
+from kernelwright.evaluate.evaluator import waiting_for_evaluations
 from kernelwright.extract import extract_code
 from kernelwright.llm.base import Backend, ChatMessage, Completion, GenerationRequest
 from kernelwright.records import Attempt, EvalResult, Stage, Task, Usage, Verdict, sha256_text
@@ -195,7 +196,11 @@ class RunContext:
             return evaluate(self.task, code, replace(self.eval_config))
 
         workers = max(1, min(self.config.eval_workers, len(codes)))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
+        if workers == 1:
+            return [one(job) for job in enumerate(codes)]
+        # the evaluations run on other threads: whatever this thread holds that they need
+        # (a study cell's device) is let go of while it waits
+        with waiting_for_evaluations(), ThreadPoolExecutor(max_workers=workers) as pool:
             return list(pool.map(one, enumerate(codes)))
 
     def _attempt(self, messages: tuple[ChatMessage, ...], comp: Completion, code: Optional[str], grounding: Any,

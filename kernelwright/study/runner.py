@@ -2,13 +2,19 @@
 
 Spreading the work (kept simple on purpose):
 - cells run on a thread pool (`StudySpec.concurrency`, default two per device);
-- each listed device has one evaluation slot, a lock: a cell holds its device's lock while it
-  evaluates, analyses or profiles, and *releases it while the model generates* (SharedBackend).
-  So with two cells per device, the model generates for one task while the other's candidates
-  are evaluated, and timing on a device never overlaps another evaluation on it;
-- generation is serialised (one model in this process); candidates are evaluated in a fresh
-  sandboxed child process each (kernelwright.evaluate), which is the per-candidate "worker": a
-  timeout or crash kills only that child, and the evaluator probes a GPU before reusing it.
+- each listed device has one lock: a cell holds its device's lock while it analyses or
+  profiles, and *releases it while the model generates* (SharedBackend) and while its candidate
+  waits for a build (DeviceReleasingExecutor); the pool's device slot takes the same lock for
+  each evaluation. So the model generates for some cells while others' candidates build on the
+  cores and one is timed, and timing on a device never overlaps other work on it;
+- one model in this process: the requests of cells waiting at the same time are generated in
+  one batched call (llm/coalesce.py), so `--jobs 32` on a GPU decodes 32 answers per step; a
+  model that runs on one of the study's devices holds that device's lock while it generates;
+- scaffold plans (which run the reference on the device but time nothing) are made for every
+  task up front, several at once, before any cell can be timing;
+  candidates are evaluated in a fresh sandboxed child process each (kernelwright.evaluate), the
+  per-candidate "worker": a timeout or crash kills only that child, and the evaluator probes a
+  GPU before reusing it.
   A GPU that stops answering is taken out of the pool; when none is left the run stops, the
   cells it could not run stay pending (not recorded), and the command says so.
 
@@ -31,8 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.evaluate import GPUUnavailableError
+from kernelwright.evaluate.device_lock import DeviceLock
+from kernelwright.evaluate.evaluator import EvalConfig, cache_root
+from kernelwright.evaluate.executors import Executor
 from kernelwright.llm.base import Backend, Completion, GenerationRequest
-from kernelwright.records import Attempt, Cell, Task, Verdict
+from kernelwright.llm.coalesce import CoalescingBackend
+from kernelwright.records import Attempt, Cell, EvalResult, Task, Verdict
 from kernelwright.study.log import ATTEMPTS, CELLS, append_record, read_cells
 from kernelwright.study.records import FailureKind, StudyAttempt, StudyCell
 from kernelwright.study.spec import StudySpec
@@ -100,6 +110,13 @@ class DeviceSlots:
         self._guard = threading.Lock()
         self._local = threading.local()
 
+    def lock_for(self, device: str | None) -> threading.Lock | None:
+        """The lock of `device` when it is one of these devices (`cuda` and `cuda:0` are one GPU)."""
+        if device is None or not self.exclusive:
+            return None
+        same = {_gpu0(device)}
+        return next((lock for d, lock in self.locks.items() if _gpu0(d) in same), None)
+
     @property
     def current(self) -> str | None:
         return getattr(self._local, "device", None)
@@ -146,16 +163,50 @@ class DeviceSlots:
                 self.locks[device].acquire()
 
 
-class SharedBackend:
-    """One backend shared by the cell threads: one generation at a time, device released meanwhile."""
+def _gpu0(device: str) -> str:
+    device = device.strip().lower()
+    return "cuda:0" if device == "cuda" else device
 
-    def __init__(self, inner: Backend, slots: DeviceSlots) -> None:
-        self.inner, self.slots, self.model = inner, slots, inner.model
-        self._lock = threading.Lock()
+
+class SharedBackend:
+    """One backend shared by the cell threads, device released while they wait for it. Requests
+    of cells that wait at the same time are generated in one batched call (CoalescingBackend)."""
+
+    def __init__(self, inner: Backend, slots: DeviceSlots, cache_root: Path | None = None) -> None:
+        # a model on one of the study's devices (llama.cpp on the CPU, transformers on the GPU)
+        # holds that device while it generates (this process's lock and the device's lock file):
+        # its work would skew a timing there
+        device = getattr(inner, "device", None)
+        lock = slots.lock_for(device)
+        guard = DeviceLock(device, cache_root, lock) if lock is not None and cache_root is not None else lock
+        # backends that gain from many requests per call linger a moment to gather them
+        linger = 1.0 if getattr(inner, "batches_requests", False) else 0.0
+        self.inner, self.slots, self.model = CoalescingBackend(inner, guard, linger), slots, inner.model
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
-        with self.slots.released(), self._lock:
+        with self.slots.released():
             return self.inner.generate(requests)
+
+
+class DeviceReleasingExecutor:
+    """The local pool, called by cells that hold their device: the cell lets go of the device
+    while its candidate waits for a compile slot and for its turn, and the pool's device slot
+    takes the same lock for the evaluation itself. So builds of many cells run in parallel on the
+    cores, while an evaluation's timing still never overlaps another cell's profiling or analysis."""
+
+    def __init__(self, inner: Executor, slots: DeviceSlots) -> None:
+        self.inner, self.slots = inner, slots
+
+    def evaluate(self, task: Task, candidate_text: str, cfg: EvalConfig | None = None) -> EvalResult:
+        with self.slots.released():
+            return self.inner.evaluate(task, candidate_text, cfg)
+
+    def waiting(self):
+        """A cell waiting for evaluations it handed to other threads lets go of its device too."""
+        return self.slots.released()
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 class FactsStore:
@@ -327,6 +378,30 @@ def pending_jobs(spec: StudySpec, jobs: list[CellJob], retry_failed: bool) -> li
     return [j for j in jobs if not is_done(j, done, retry_failed)]
 
 
+def prefetch_scaffold_plans(spec: StudySpec, todo: Sequence[CellJob], tasks: Sequence[TaskOrFailure]) -> None:
+    """Plan the scaffold of every task a pending scaffolded cell needs, in parallel child processes,
+    into the planner's in-process cache. A plan that fails here is left to its cell, which records why."""
+    if spec.executor != "local" or not any(spec.regime_config(r, s).scaffold for r in spec.regimes for s in spec.seeds):
+        return
+    from kernelwright.analysis.runner import resolve_size
+    from kernelwright.evaluate.pool import available_cores
+    from kernelwright.scaffold import ScaffoldError, plan_task
+
+    wanted = {j.task_id for j in todo if j.work is not None}
+    todo_tasks = [t for t in tasks if isinstance(t, Task) and t.id in wanted]
+    device = spec.devices[0]
+    size = resolve_size("cpu" if device == "cpu" else "cuda", spec.eval.size)
+
+    def plan(task: Task) -> None:
+        try:
+            plan_task(task, size, device=device)
+        except ScaffoldError:
+            pass
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, available_cores() // 2)), thread_name_prefix="kw-plan") as pool:
+        list(pool.map(plan, todo_tasks))
+
+
 def run_study(spec: StudySpec, *, retry_failed: bool = False, on_event: EventFn = lambda e: None,
               on_plan: Callable[[RunSummary], None] = lambda s: None) -> RunSummary:
     """Run what is missing from the study folder. Writes nothing when nothing is missing.
@@ -343,7 +418,7 @@ def run_study(spec: StudySpec, *, retry_failed: bool = False, on_event: EventFn 
     inner = make_backend(spec.model)
     try:
         slots = DeviceSlots(spec.devices, exclusive=spec.executor == "local")
-        backend = SharedBackend(inner, slots)
+        backend = SharedBackend(inner, slots, cache_root(EvalConfig(cache_dir=spec.cache_dir)))
         facts = FactsStore(spec.facts_dir, spec.out / "facts", slots)
         jobs = plan_jobs(spec, backend, tasks, facts)
         todo = pending_jobs(spec, jobs, retry_failed)
@@ -353,8 +428,13 @@ def run_study(spec: StudySpec, *, retry_failed: bool = False, on_event: EventFn 
             return summary
         record_invocation(spec.out, spec.model_dump(mode="json"), config_records(spec, inner.model), spec.devices,
                           pending=len(todo))
+        prefetch_scaffold_plans(spec, todo, tasks)
         # Every evaluate() the strategies make goes through the executor while the cells run.
-        with installed(make_executor(spec.executor, spec.devices)):
+        if spec.executor == "local":
+            executor = DeviceReleasingExecutor(make_executor("local", spec.devices, device_locks=slots.locks), slots)
+        else:
+            executor = make_executor(spec.executor, spec.devices)
+        with installed(executor):
             return run_jobs(todo, spec.out, slots, spec.concurrency, on_event, summary)
     finally:
         close = getattr(inner, "close", None)

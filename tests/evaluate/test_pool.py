@@ -4,7 +4,10 @@ The pool must change how fast verdicts come, never what they are."""
 
 from __future__ import annotations
 
+import fcntl
 import tempfile
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,7 +15,7 @@ import pytest
 
 from kernelwright.evaluate import evaluate
 from kernelwright.evaluate.dedupe import result_key
-from kernelwright.evaluate.evaluator import EvalConfig, precheck, run_prepared
+from kernelwright.evaluate.evaluator import EvalConfig, cache_root, precheck, run_prepared
 from kernelwright.evaluate.pool import EvalPool, PoolConfig, Slot, available_cores
 from kernelwright.records import Verdict
 from kernelwright.tasks import load_task
@@ -94,6 +97,29 @@ def test_a_slot_runs_prewarmed_workers_with_its_own_folders(bias_relu, fast_cfg,
     finally:
         slot.discard_spare()
         other.discard_spare()
+
+
+def test_an_evaluation_waits_for_its_device_lock_and_for_other_processes(bias_relu, fast_cfg, tmp_path):
+    """The study's cells hold a device's lock while they profile; another kernelwright process
+    holds the device's lock file while it times: the device slot waits for both."""
+    cfg = fast_cfg(cache_dir=str(tmp_path / "cache"))
+    lock = threading.Lock()
+    with EvalPool(PoolConfig(devices=["cpu"], compile_workers=1, device_locks={"cpu": lock})) as pool:
+        lock.acquire()
+        first = pool.submit(bias_relu, text("torch_only.py"), cfg)
+        time.sleep(3)
+        assert not first.done()
+        lock.release()
+        assert first.result(timeout=300).verdict == Verdict.NO_CUSTOM_KERNEL
+        # the cross-process lock: a file under the build cache, held here through another descriptor
+        path = cache_root(cfg) / "device-locks" / "cpu.lock"
+        with open(path, "a") as other:
+            fcntl.flock(other, fcntl.LOCK_EX)
+            # no build, and not a duplicate of the first: straight to the device slot
+            second = pool.submit(bias_relu, text("torch_only.py") + "\n# another candidate\n", cfg)
+            time.sleep(3)
+            assert not second.done()
+        assert second.result(timeout=300).verdict == Verdict.NO_CUSTOM_KERNEL
 
 
 def test_compile_slots_never_run_more_jobs_than_cores():

@@ -57,3 +57,20 @@ def test_gguf_target_forms(tmp_path: Path) -> None:
     bad.write_bytes(b"not a gguf file at all, just text....")
     with pytest.raises(BackendError, match="not a GGUF model file"):
         split_target(str(bad))
+
+
+def test_dequantized_weights_are_kept_and_read_back(small_model: Path, tmp_path: Path, monkeypatch) -> None:
+    need("transformers", "gguf", extra="hf")
+    from kernelwright.llm import local_model
+    from kernelwright.llm.transformers_backend import TransformersBackend, dequantized_dir
+
+    monkeypatch.setattr(local_model, "cache_dir", lambda: tmp_path)
+    req = GenerationRequest.chat("Reply with the word OK.", temperature=0.0, max_tokens=8)
+    first = TransformersBackend(str(small_model.parent), gguf_file=small_model.name, device="cpu",
+                                keep_dequantized=True)
+    kept = dequantized_dir(small_model, "bfloat16")
+    assert first.loaded_from == str(small_model.parent) and (kept / "config.json").is_file()
+    second = TransformersBackend(str(small_model.parent), gguf_file=small_model.name, device="cpu",
+                                 keep_dequantized=True)
+    assert second.loaded_from == str(kept)
+    assert second.generate([req])[0][0].text == first.generate([req])[0][0].text

@@ -28,7 +28,7 @@ torch::Tensor gelu_tanh(torch::Tensor x) {
     const int threads = 256;
     const int blocks = (int)std::min<int64_t>((n + threads - 1) / threads, 65535);
     gelu_tanh_kernel<<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(xc.data_ptr<float>(), y.data_ptr<float>(), n);
-    C10_CUDA_KERNEL_LAUNCH_TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kFloat, "float32 CUDA tensor expected");();
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
     return y;
 }
 """

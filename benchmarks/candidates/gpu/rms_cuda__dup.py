@@ -67,7 +67,7 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
     const int64_t hidden = xc.size(-1), rows = xc.numel() / hidden;
     rms_kernel<<<(unsigned)rows, 256, 0, at::cuda::getCurrentCUDAStream()>>>(
         xc.data_ptr<float>(), wc.data_ptr<float>(), y.data_ptr<float>(), hidden, (float)eps);
-    C10_CUDA_KERNEL_LAUNCH_TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kFloat, "float32 CUDA tensor expected");();
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
     return y;
 }
 """

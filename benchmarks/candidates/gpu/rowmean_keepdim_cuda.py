@@ -63,7 +63,7 @@ torch::Tensor row_mean(torch::Tensor x) {
     const int64_t hidden = xc.size(-1), rows = xc.numel() / hidden;
     auto y = torch::empty({xc.size(0), xc.size(1), 1}, xc.options());
     row_mean_kernel<<<(unsigned)rows, 256, 0, at::cuda::getCurrentCUDAStream()>>>(xc.data_ptr<float>(), y.data_ptr<float>(), hidden);
-    C10_CUDA_KERNEL_LAUNCH_TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kFloat, "float32 CUDA tensor expected");();
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
     return y;
 }
 """

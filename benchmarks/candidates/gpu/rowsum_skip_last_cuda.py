@@ -62,7 +62,7 @@ torch::Tensor row_sum(torch::Tensor x) {
     const int64_t rows = xc.size(0), cols = xc.size(1);
     auto y = torch::empty({rows, 1}, xc.options());
     row_sum_kernel<<<(unsigned)rows, 256, 0, at::cuda::getCurrentCUDAStream()>>>(xc.data_ptr<float>(), y.data_ptr<float>(), cols);
-    C10_CUDA_KERNEL_LAUNCH_TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kFloat, "float32 CUDA tensor expected");();
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
     return y;
 }
 """

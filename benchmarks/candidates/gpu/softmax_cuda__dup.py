@@ -67,7 +67,7 @@ torch::Tensor softmax_rows(torch::Tensor x) {
     auto y = torch::empty_like(xc);
     const int64_t cols = xc.size(-1), rows = xc.numel() / cols;
     softmax_kernel<<<(unsigned)rows, 256, 0, at::cuda::getCurrentCUDAStream()>>>(xc.data_ptr<float>(), y.data_ptr<float>(), cols);
-    C10_CUDA_KERNEL_LAUNCH_TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kFloat, "float32 CUDA tensor expected");();
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
     return y;
 }
 """

@@ -37,7 +37,7 @@ torch::Tensor transpose12(torch::Tensor x) {
     dim3 block(32, 8);
     dim3 grid((unsigned)((b + 31) / 32), (unsigned)((a + 31) / 32), (unsigned)n);
     transpose_kernel<<<grid, block, 0, at::cuda::getCurrentCUDAStream()>>>(xc.data_ptr<float>(), y.data_ptr<float>(), a, b);
-    C10_CUDA_KERNEL_LAUNCH_TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kFloat, "float32 CUDA tensor expected");();
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
     return y;
 }
 """
