@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.evaluate import GPUUnavailableError
-from kernelwright.evaluate.device_lock import DeviceLock
+from kernelwright.evaluate.device_lock import DeviceLock, device_key
 from kernelwright.evaluate.evaluator import EvalConfig, cache_root
 from kernelwright.evaluate.executors import Executor
 from kernelwright.llm.base import Backend, Completion, GenerationRequest
@@ -114,8 +114,7 @@ class DeviceSlots:
         """The lock of `device` when it is one of these devices (`cuda` and `cuda:0` are one GPU)."""
         if device is None or not self.exclusive:
             return None
-        same = {_gpu0(device)}
-        return next((lock for d, lock in self.locks.items() if _gpu0(d) in same), None)
+        return next((lock for d, lock in self.locks.items() if device_key(d) == device_key(device)), None)
 
     @property
     def current(self) -> str | None:
@@ -161,11 +160,6 @@ class DeviceSlots:
         finally:
             if device is not None:
                 self.locks[device].acquire()
-
-
-def _gpu0(device: str) -> str:
-    device = device.strip().lower()
-    return "cuda:0" if device == "cuda" else device
 
 
 class SharedBackend:
