@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kernelwright.evaluate.evaluator import resolve_size  # noqa: E402
 from kernelwright.llm import make_backend  # noqa: E402
 from kernelwright.llm.base import GenerationRequest  # noqa: E402
 from kernelwright.scaffold import plan_task  # noqa: E402
@@ -32,7 +33,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--tokens", type=int, default=256)
     args = ap.parse_args()
-    size = "small" if args.device == "cpu" else "full"
+    size = resolve_size(args.device)
     rows: list[tuple[str, str]] = []
     for tid in PLAN_TASKS:
         start = time.perf_counter()

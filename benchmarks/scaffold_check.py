@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelwright.analysis.runner import resolve_size  # noqa: E402
+from kernelwright.evaluate.evaluator import resolve_size  # noqa: E402
 from kernelwright.evaluate import EvalConfig, evaluate  # noqa: E402
 from kernelwright.records import Verdict  # noqa: E402
 from kernelwright.scaffold import plan_task, write  # noqa: E402
@@ -41,7 +41,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     targets = args.target or ["cpp"]
-    size = resolve_size("cpu" if args.device == "cpu" else "cuda", args.size)
+    size = resolve_size(args.device, args.size)
     tasks = load_tasks(args.tasks)
     started = time.monotonic()
     with ThreadPoolExecutor(args.jobs) as pool:

@@ -40,6 +40,12 @@ def run_json_child(module: str, payload: str, timeout: float,
     return last_json_line(out), proc.returncode, (tail[-1][:300] if tail else "")
 
 
+def one_line(e: BaseException) -> str:
+    """An exception raised by task code, as one line for a stage error."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:300]}" if text else type(e).__name__
+
+
 def kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)

@@ -7,25 +7,32 @@ wins; otherwise the longest block. Plain Python is returned as it is.
 
 from __future__ import annotations
 
-import ast
 import re
 from typing import Optional
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
+from kernelwright import pyast
+
+_FENCE = re.compile(r"```[ \t]*([\w+#-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _PY_LANGS = {"", "python", "py", "python3"}
 
 
 def _parses(text: str) -> bool:
     try:
-        ast.parse(text)
+        pyast.parse(text)
         return True
     except (SyntaxError, ValueError):
         return False
 
 
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(language tag, body) of every fenced block in order; an unterminated last fence runs to the
+    end of the text. The one fence reader: candidates here, scaffold regions in scaffold/splice.py."""
+    return _FENCE.findall(text)
+
+
 def code_blocks(text: str) -> list[str]:
-    """Fenced Python blocks in order; an unterminated last fence runs to the end of the text."""
-    return [body for lang, body in _FENCE.findall(text) if lang.lower() in _PY_LANGS and body.strip()]
+    """Fenced Python blocks in order."""
+    return [body for lang, body in fenced_blocks(text) if lang.lower() in _PY_LANGS and body.strip()]
 
 
 def extract_code(text: Optional[str]) -> Optional[str]:

@@ -106,7 +106,7 @@ def test_a_study_survives_a_worker_node_dying_mid_job(cluster, tmp_path):
 
     def study() -> None:
         with installed(executor):
-            outcome["summary"] = run_jobs(_jobs(task, cfg), folder, DeviceSlots(["cpu"], exclusive=False), 2)
+            outcome["summary"] = run_jobs(_jobs(task, cfg), folder, DeviceSlots(["cpu"]), 2)
 
     runner = threading.Thread(target=study)
     runner.start()

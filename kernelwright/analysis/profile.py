@@ -39,6 +39,7 @@ from torch import nn
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, record_function
 
+from kernelwright.evaluate.device_lock import DeviceLock
 from kernelwright.evaluate.timing import MIN_GPU_FLUSH_BYTES, TimingConfig, time_calls
 
 from .ops import canonical
@@ -53,6 +54,13 @@ def profile_reference(model: nn.Module, inputs: Sequence[Any], device: str | tor
                       warmup: int = 3, iters: int = 10, *, top_k: int = 8, tolerance: float = 0.10,
                       flush_cache: bool = True) -> ProfileReport:
     """Profile ``model(*inputs)`` (already on ``device``) and time it the evaluator's way."""
+    with DeviceLock(str(device)):  # the profiled calls skew others' timings as much as a timing does
+        return _profile(model, inputs, device, warmup, iters, top_k=top_k, tolerance=tolerance,
+                        flush_cache=flush_cache)
+
+
+def _profile(model: nn.Module, inputs: Sequence[Any], device: str | torch.device, warmup: int, iters: int, *,
+             top_k: int, tolerance: float, flush_cache: bool) -> ProfileReport:
     dev = torch.device(device)
     cuda = dev.type == "cuda"
     inputs = list(inputs)

@@ -18,7 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from kernelwright.childproc import ChildTimeout, run_json_child
+from kernelwright.childproc import ChildTimeout, one_line, run_json_child
+from kernelwright.evaluate.evaluator import resolve_size
 from kernelwright.records import Task
 
 from .report import TaskAnalysis
@@ -51,14 +52,6 @@ class AnalysisJob(BaseModel):
     full_graph: bool = False
 
 
-def resolve_size(device: str, size: str) -> str:
-    if size in ("small", "full"):
-        return size
-    if size != "auto":
-        raise ValueError(f"size must be small, full or auto, not {size!r}")
-    return "small" if device == "cpu" else "full"
-
-
 def analyze(task: Task, device: str = "cpu", size: str = "auto", profile: bool = True, *,
             roofline_device: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, measure_peaks: bool = True,
             seed: int = 42, warmup: int = 3, iters: int = 10, full_graph: bool = False) -> TaskAnalysis:
@@ -86,17 +79,12 @@ class StageError(Exception):
         self.stage, self.message = stage, message
 
 
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:300]}" if text else type(e).__name__
-
-
 def _stage(name: str, what: str, fn: Any, *args: Any) -> Any:
     try:
         return fn(*args)
     except Exception as e:  # reported as this stage's failure, in one line
         log.debug("stage %s failed", name, exc_info=True)
-        raise StageError(name, f"{what} raised {_one_line(e)}") from e
+        raise StageError(name, f"{what} raised {one_line(e)}") from e
 
 
 def analyze_job(job: AnalysisJob) -> TaskAnalysis:

@@ -32,7 +32,6 @@ class LinkTable:
     def __init__(self) -> None:
         self._futures: dict[str, Future[EvalResult]] = {}
         self._lock = threading.Lock()
-        self.linked = 0  # duplicates answered from an earlier evaluation
 
     def claim(self, key: str) -> tuple[Future[EvalResult], Future[EvalResult] | None]:
         """(the caller's future, the future to fill or None when another caller already is).
@@ -40,7 +39,6 @@ class LinkTable:
         with self._lock:
             fut = self._futures.get(key)
             if fut is not None:
-                self.linked += 1
                 return _copied(fut), None
             fut = Future()
             self._futures[key] = fut
@@ -58,6 +56,9 @@ def _copied(source: Future[EvalResult]) -> Future[EvalResult]:
     out: Future[EvalResult] = Future()
 
     def relay(done: Future[EvalResult]) -> None:
+        if done.cancelled():  # a closed pool cancels what it never ran: so is every copy
+            out.cancel()
+            return
         exc = done.exception()
         if exc is not None:
             out.set_exception(exc)

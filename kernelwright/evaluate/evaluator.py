@@ -9,17 +9,16 @@ returns, and the next evaluation on that GPU checks again before it starts.
 
 from __future__ import annotations
 
-import ast
 import re
 import logging
 import os
 import shutil
 import tempfile
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from kernelwright import pyast
 from kernelwright.evaluate import sandbox
 from kernelwright.evaluate.static_checks import check_source
 from kernelwright.extract import extract_code
@@ -122,7 +121,7 @@ def precheck(task: Task, candidate_text: str, cfg: EvalConfig) -> EvalResult | P
         return _early(Verdict.NO_CODE, "no Python code found in the candidate", task, None, cfg)
     code_hash = sha256_text(code)
     try:
-        ast.parse(code)
+        pyast.parse(code)
     except SyntaxError as e:
         return _early(Verdict.SYNTAX_ERROR, f"SyntaxError: {e.msg} (line {e.lineno})", task, code_hash, cfg)
     except (ValueError, RecursionError, MemoryError) as e:  # null bytes, absurd nesting
@@ -146,14 +145,6 @@ def set_executor(executor: Optional[Any]) -> Optional[Any]:
     global _executor
     previous, _executor = _executor, executor
     return previous
-
-
-def waiting_for_evaluations() -> AbstractContextManager:
-    """Held by a caller while it waits for evaluations it handed to other threads: the installed
-    executor may want the caller to let go of something meanwhile (a study cell releases its
-    device, which the evaluations need)."""
-    waiting = getattr(_executor, "waiting", None)
-    return waiting() if waiting is not None else nullcontext()
 
 
 def evaluate(task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None) -> EvalResult:
@@ -200,16 +191,21 @@ def check_gpu_after(result: EvalResult, cfg: EvalConfig) -> EvalResult:
     return result
 
 
-def _size_for(cfg: EvalConfig) -> str:
-    if cfg.size in ("small", "full"):
-        return cfg.size
-    return "full" if cfg.device.startswith("cuda") else "small"
+def resolve_size(device: str, size: str = "auto") -> str:
+    """The problem size a task runs at (its KERNELWRIGHT_SIZE): `auto` is full size on a GPU and
+    small on the CPU. The one place for this rule: the evaluator, analysis, scaffold planning and
+    optimize's baselines must agree, or they measure different problems."""
+    if size in ("small", "full"):
+        return size
+    if size != "auto":
+        raise ValueError(f"size must be small, full or auto, not {size!r}")
+    return "small" if device == "cpu" else "full"
 
 
 def _environment(cfg: EvalConfig, root: Path, device: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update({
-        "KERNELWRIGHT_SIZE": _size_for(cfg),
+        "KERNELWRIGHT_SIZE": resolve_size(cfg.device, cfg.size),
         # load_inline builds are keyed by source hash (instrument.py); these catch the rest.
         "TORCH_EXTENSIONS_DIR": str(root / "torch_extensions"),
         "TRITON_CACHE_DIR": str(root / "triton" / device.replace(":", "")),

@@ -25,6 +25,7 @@ from typing import Optional
 
 from pydantic import BaseModel, Field
 
+from kernelwright import pyast
 from kernelwright.evaluate import grounding_ext as ext
 from kernelwright.evaluate import grounding_python as py
 from kernelwright.evaluate import grounding_sources as src
@@ -221,7 +222,7 @@ def _record(report: GroundingReport, note: Note, lines: LineMap, seen: set) -> N
 
 def _parse(text: str) -> tuple[Optional[ast.Module], Optional[Finding]]:
     try:
-        return ast.parse(text), None
+        return pyast.parse(text), None
     except SyntaxError as e:
         return None, Finding(rule="syntax", severity=ERROR, message=_syntax_message(text, e), line=e.lineno)
     except (ValueError, RecursionError, MemoryError, OverflowError) as e:  # null bytes, absurd nesting

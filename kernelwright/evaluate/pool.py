@@ -43,12 +43,11 @@ from typing import Any, Optional
 
 from kernelwright.evaluate import sandbox
 from kernelwright.evaluate.dedupe import LinkTable, result_key
-from kernelwright.evaluate.device_lock import DeviceLock, device_key
+from kernelwright.evaluate.device_lock import device_key
 from kernelwright.evaluate.evaluator import (
     EvalConfig,
     GPUUnavailableError,
     Prepared,
-    cache_root,
     check_gpu_after,
     precheck,
     run_prepared,
@@ -98,10 +97,6 @@ class PoolConfig:
     dedupe: bool = True
     prebuild: bool = True  # False: every build happens in the device slot (one at a time)
     scratch: Optional[str] = None  # slot folders; default: a fresh folder under the build cache
-    # Held by a device slot around each evaluation, keyed by device as given in `devices`: the
-    # study runner passes the locks its cells hold while they profile or analyse on a device, so
-    # that work never overlaps an evaluation's timing either.
-    device_locks: Optional[dict[str, threading.Lock]] = None
 
 
 @dataclass
@@ -213,8 +208,8 @@ class EvalPool:
         self.stats = PoolStats()
         self._links = LinkTable()
         self._lock = threading.Lock()
+        self._arch_lock = threading.Lock()
         self._lost: set[str] = set()
-        self._device_locks = {_queue_name(d.strip().lower()): lock for d, lock in (self.config.device_locks or {}).items()}
         self._compile_q: queue.Queue = queue.Queue()
         self._device_q: dict[str, queue.Queue] = {}
         self._compile_threads: list[tuple[queue.Queue, threading.Thread]] = []
@@ -231,7 +226,7 @@ class EvalPool:
                         overlap=True, extra_env=hide)
             self._start(slot, self._compile_q, self._prebuild_one)
         for d in devices:
-            d = _queue_name(d)
+            d = device_key(d)
             self._device_q[d] = queue.Queue()
             # a device slot builds only what a prebuild could not (rare): one job is enough
             slot = Slot(d.replace(":", ""), self._scratch / d.replace(":", ""), 1, self.config.prewarm,
@@ -244,7 +239,7 @@ class EvalPool:
         """Queue one candidate; the Future gives its EvalResult (or GPUUnavailableError)."""
         cfg = replace(cfg or EvalConfig())
         cfg.device = validate_device(cfg.device, cfg.compile_only)
-        if _queue_name(cfg.device) not in self._device_q:
+        if device_key(cfg.device) not in self._device_q:
             raise ValueError(f"device {cfg.device} is not in this pool ({', '.join(self._device_q)})")
         with self._lock:
             self.stats.submitted += 1
@@ -268,7 +263,7 @@ class EvalPool:
         if self.config.prebuild and not cfg.compile_only and builds_extension(pre.code):
             self._compile_q.put(job)
         else:
-            self._device_q[_queue_name(cfg.device)].put(job)
+            self._device_q[device_key(cfg.device)].put(job)
         return mine
 
     def evaluate(self, task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None) -> EvalResult:
@@ -333,7 +328,8 @@ class EvalPool:
         (self._compile_threads if q is self._compile_q else self._device_threads).append((q, t))
 
     def _arch_for(self, device: str) -> str:
-        with self._lock:
+        # its own lock: the probe is a child process (seconds), and the stats lock must not wait on it
+        with self._arch_lock:
             if device not in self._arch:
                 self._arch[device] = cuda_arch(device)
             return self._arch[device]
@@ -353,15 +349,14 @@ class EvalPool:
         # Built (or something the evaluation must judge itself): on to the device slot, which
         # fills this job's future; _Handed tells the loop not to.
         job.prebuild_s = sum(s.seconds for s in built.stages)
-        self._device_q[_queue_name(job.cfg.device)].put(job)
+        self._device_q[device_key(job.cfg.device)].put(job)
         raise _Handed()
 
     def _evaluate_one(self, slot: Slot, job: _Job) -> EvalResult:
         device = job.cfg.device
         if device in self._lost:
             raise GPUUnavailableError(device)
-        with self._device_guard(device, job.cfg):
-            result = run_prepared(job.task, job.pre, job.cfg, slot.run)
+        result = run_prepared(job.task, job.pre, job.cfg, slot.run)
         with self._lock:
             self.stats.evaluated += 1
         if job.prebuild_s:
@@ -373,18 +368,6 @@ class EvalPool:
         except GPUUnavailableError:
             self._lost.add(device)
             raise
-
-
-    def _device_guard(self, device: str, cfg: EvalConfig) -> DeviceLock:
-        """One evaluation on `device` at a time: the caller's lock for it (in this process), then
-        the device's lock file, so two kernelwright processes on one machine (two studies side by
-        side, a study and an optimize run) never time on a GPU at once either."""
-        return DeviceLock(device, cache_root(cfg), self._device_locks.get(_queue_name(device)))
-
-
-def _queue_name(device: str) -> str:
-    """`cuda` and `cuda:0` are one GPU (validate_device keeps `cuda` as is in compile-only mode)."""
-    return device_key(device)
 
 
 class _Handed(Exception):

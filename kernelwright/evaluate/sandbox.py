@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from kernelwright.childproc import kill_group
+
 log = logging.getLogger(__name__)
 
 HEAD_BYTES = 16_000
@@ -137,13 +139,6 @@ def _accept(line: bytes, nonce: str, out: list[dict[str, Any]], forged: list[int
         forged[0] += 1
         return
     out.append(msg)
-
-
-def kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 @dataclass

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Optional
 
+from kernelwright import pyast
 from kernelwright.evaluate._ast_utils import (
     BUILD_CALLS, FUNC_TYPES, TRITON_JIT, Context, base_names, empty_alloc, failure_path, filled_names, heavy_call,
     import_hits, local_names, matches, module_fallback, module_statements, patched_target, patching_call,
@@ -338,7 +339,7 @@ def check_source(source: str) -> list[Finding]:
     """All findings for `source`, strict first, then by line. Never raises: a rule that crashes
     reports itself as a hit of its own severity, so a crafted input cannot switch a rule off."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return []  # reported by the caller as syntax_error
     except (ValueError, RecursionError, MemoryError) as exc:  # e.g. nesting deeper than the parser allows

@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from kernelwright.evaluate.device_lock import DeviceLock
 from kernelwright.records import TimingStats
 
 _perf_counter = time.perf_counter
@@ -73,7 +74,14 @@ def _stats(samples_ms: list[float], protocol: str) -> TimingStats:
 
 def time_calls(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], device: torch.device,
                cfg: TimingConfig) -> TimingStats:
-    """Median and IQR of `fn(*inputs)` over `cfg.iters` calls after `cfg.warmup` calls."""
+    """Median and IQR of `fn(*inputs)` over `cfg.iters` calls after `cfg.warmup` calls, holding
+    the device (evaluate/device_lock.py) so no other timing or model runs on it meanwhile."""
+    with DeviceLock(str(device)):
+        return _time_calls(fn, input_sets, device, cfg)
+
+
+def _time_calls(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], device: torch.device,
+                cfg: TimingConfig) -> TimingStats:
     flush = _Flusher(device, cfg.flush_cache)
     n = len(input_sets)
     cuda = device.type == "cuda"

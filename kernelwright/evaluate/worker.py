@@ -139,7 +139,7 @@ class Worker:
         with self.stage("setup"):
             import torch
 
-            from kernelwright.evaluate import compare, instrument, timing
+            from kernelwright.evaluate import compare, device_lock, instrument, timing
 
             self.torch, self.compare, self.instrument, self.timing = torch, compare, instrument, timing
             self.device = torch.device(job["device"])
@@ -208,7 +208,8 @@ class Worker:
         self._check_leftovers(threads_before, children_before)
 
         if job.get("time", True):
-            with self.stage("timing"):
+            # one hold across the candidate's and the reference's timing: the two are compared
+            with self.stage("timing"), device_lock.DeviceLock(job["device"]):
                 self._timing()
             self._check_tamper(guard)
             with self.stage("recheck"):

@@ -9,9 +9,10 @@ it in one inner call and hands each thread its own completions. So with k cells 
 batched generation serves all k, and nobody waits for more than the call in flight plus its own.
 
 The inner backend sees one caller at a time, so backends that are not thread-safe (llama.cpp,
-transformers) stay correct. `guard` (a lock, say) is held around each inner call: a study passes
-the lock of the device the model runs on, so no evaluation is timed on it while it generates. Replay and recording backends match on request content, not on call
-boundaries, so coalescing does not change what they answer.
+transformers) stay correct. `guard` is held around each inner call: a study passes the lock of
+the device the model runs on, so nothing is timed on it while it generates. A call that fails is
+retried per caller, so one bad request fails only its own caller. Replay and recording backends
+match on request content, not on call boundaries, so coalescing does not change their answers.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class _Waiting:
     requests: Sequence[GenerationRequest]
     done: threading.Event = field(default_factory=threading.Event)
     result: list[list[Completion]] | None = None
-    error: BaseException | None = None
+    error: Exception | None = None
 
 
 class CoalescingBackend:
@@ -57,6 +58,7 @@ class CoalescingBackend:
             if mine.done.is_set():
                 return self._outcome(mine)
             self._busy = True  # from here on, newcomers queue behind this leader
+        batch: list[_Waiting] = []
         try:
             if self.linger_s > 0:
                 time.sleep(self.linger_s)
@@ -64,6 +66,10 @@ class CoalescingBackend:
                 batch, self._queue = self._queue, []
             self._serve(batch)
         finally:
+            for w in batch:  # interrupted (KeyboardInterrupt): nobody may wait for an answer forever
+                if not w.done.is_set():
+                    w.error = RuntimeError("generation was interrupted")
+                    w.done.set()
             with self._cond:
                 self._busy = False
                 self._cond.notify_all()
@@ -74,10 +80,15 @@ class CoalescingBackend:
         try:
             with self._guard:
                 out = self.inner.generate(flat)
-        except BaseException as e:  # every waiter of this call gets the error, as if it had called alone
+        except Exception as e:
+            if len(batch) == 1:
+                batch[0].error = e
+                batch[0].done.set()
+                return
+            # one caller's bad request (too long for the context, say) must not fail the callers
+            # that only shared its call: each is served alone, and only its own error reaches it
             for w in batch:
-                w.error = e
-                w.done.set()
+                self._serve([w])
             return
         self.calls += 1
         self.largest = max(self.largest, len(flat))
@@ -93,8 +104,3 @@ class CoalescingBackend:
             raise w.error
         assert w.result is not None
         return w.result
-
-    def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if close is not None:
-            close()

@@ -46,9 +46,6 @@ class _Call:
 
 
 class OpenAIBackend:
-    # many requests in one generate() call cost little more than one (a GPU batch, concurrent
-    # HTTP calls): a shared caller gathers concurrent requests for it (llm/coalesce.py)
-    batches_requests = True
     # spec options, taken out of the base URL's query: openai:http://h:8000/v1?concurrency=8#model
     SPEC_OPTIONS: dict[str, Callable[[str], Any]] = {"concurrency": int, "timeout": float, "retries": int}
 

@@ -123,6 +123,8 @@ def is_embedded(spec: str | ModelSpec | None) -> bool:
         parsed = parse_spec(spec or local_model.DEFAULT_MODEL) if not isinstance(spec, ModelSpec) else spec
     except Exception:  # noqa: BLE001 -- an unparsable spec is reported by make_backend, not here
         return False
+    if parsed.backend == "record" and parsed.inner is not None:  # recording changes no default
+        return is_embedded(parsed.inner)
     return parsed.backend == "embedded" or parsed.target in local_model.MODELS
 
 

@@ -107,6 +107,9 @@ class RecordingBackend:
         self.path = Path(path)
         self.inner = inner
         self.model = inner.model
+        # what a study asks of the backend it shares (llm/coalesce.py, study/runner.py)
+        self.device = getattr(inner, "device", None)
+        self.batches_requests = getattr(inner, "batches_requests", False)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
 

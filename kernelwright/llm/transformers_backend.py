@@ -9,8 +9,8 @@ same requests give the same completions, but a sample's text depends on the batc
 from __future__ import annotations
 
 import logging
-import os
 import shutil
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from itertools import groupby
@@ -51,7 +51,7 @@ def split_target(target: str) -> tuple[str, str | None]:
 
 
 def _flag(value: str) -> bool:
-    if value.lower() in ("1", "true", "yes", "on"):
+    if value.lower() in ("", "1", "true", "yes", "on"):  # a bare `?keep_dequantized` means true
         return True
     if value.lower() in ("0", "false", "no", "off"):
         return False
@@ -65,8 +65,8 @@ def dequantized_dir(gguf: Path, dtype: str) -> Path:
 
 
 class TransformersBackend:
-    # many requests in one generate() call cost little more than one (a GPU batch, concurrent
-    # HTTP calls): a shared caller gathers concurrent requests for it (llm/coalesce.py)
+    # many requests in one generate() call cost little more than one (one GPU batch): a shared
+    # caller gathers concurrent requests for it (llm/coalesce.py)
     batches_requests = True
     SPEC_OPTIONS = {"model": str, "dtype": str, "device": str, "batch_size": int, "keep_dequantized": _flag}
 
@@ -118,10 +118,13 @@ class TransformersBackend:
 
     def _keep(self, folder: Path) -> None:
         """Save the dequantised weights and tokenizer; a failure (a full disk) costs only the speed-up."""
-        tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+        tmp: Path | None = None
         try:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            for stale in folder.parent.glob(folder.name + ".tmp*"):  # left by a save that was killed
+                if time.time() - stale.stat().st_mtime > 3600:
+                    shutil.rmtree(stale, ignore_errors=True)
+            tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp"))
             # save_pretrained refuses a model read from a GGUF ("not serializable"), but its
             # weights are plain tensors by now: the config plus one safetensors file is a model
             # folder from_pretrained reads (safetensors' save_model drops tied duplicates)
@@ -133,8 +136,11 @@ class TransformersBackend:
             self.tokenizer.save_pretrained(tmp)
             tmp.rename(folder)  # atomic: a reader sees the whole folder or none
         except (OSError, ValueError, RuntimeError) as e:
-            log.warning("could not keep the dequantised model in %s (%s); the next load dequantises again", folder, e)
-            shutil.rmtree(tmp, ignore_errors=True)
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if not (folder / "config.json").is_file():  # else another process kept it first: fine
+                log.warning("could not keep the dequantised model in %s (%s); the next load dequantises again",
+                            folder, first_line(e))
 
     @classmethod
     def from_spec(cls, target: str, options: Mapping[str, str]) -> TransformersBackend:

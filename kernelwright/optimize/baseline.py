@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernelwright.childproc import ChildTimeout, run_json_child
-from kernelwright.optimize.inputs import size_for
+from kernelwright.evaluate.evaluator import resolve_size
 from kernelwright.optimize.probe import ProbeJob
 from kernelwright.optimize.records import Baseline
 from kernelwright.records import Task, TimingStats
@@ -21,7 +21,7 @@ def measure(task: Task, device: str, iters: int, timeout: float) -> Baseline:
                    device=device, iters=iters)
     try:
         reply, code, tail = run_json_child("kernelwright.optimize.probe", job.model_dump_json(), timeout,
-                                           {"KERNELWRIGHT_SIZE": size_for(device)})
+                                           {"KERNELWRIGHT_SIZE": resolve_size(device)})
     except ChildTimeout:
         return Baseline(error=f"eager and torch.compile timing did not finish within {timeout:.0f} s")
     if reply is None:

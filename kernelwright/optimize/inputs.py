@@ -20,7 +20,9 @@ from typing import Optional
 
 from pydantic import BaseModel
 
+from kernelwright import pyast
 from kernelwright.childproc import ChildTimeout, run_json_child
+from kernelwright.evaluate.evaluator import resolve_size
 from kernelwright.records import Task
 
 CHECK_TIMEOUT_S = 180.0
@@ -75,7 +77,7 @@ def load_input(spec: str, inputs_fn: Optional[str] = None, init_fn: Optional[str
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
     try:
-        tree = ast.parse(text, filename=str(path))
+        tree = pyast.parse(text, filename=str(path))
     except SyntaxError as e:
         raise InputError(f"{path}: not valid Python: line {e.lineno}: {e.msg}") from None
     except ValueError as e:
@@ -145,11 +147,6 @@ def check_writable(out: Path) -> None:
         raise InputError(f"cannot write to output folder {out}: {e.strerror or e}") from None
 
 
-def size_for(device: str) -> str:
-    """The size the evaluator picks with size=auto (examples read KERNELWRIGHT_SIZE)."""
-    return "small" if device == "cpu" else "full"
-
-
 def check_runs(task: Task, device: str, timeout: float = CHECK_TIMEOUT_S) -> Checked:
     """Import the file, build the model on `device`, make inputs and run forward once, in a child."""
     from kernelwright.optimize.probe import ProbeJob
@@ -158,7 +155,7 @@ def check_runs(task: Task, device: str, timeout: float = CHECK_TIMEOUT_S) -> Che
     where = task.path or task.id
     try:
         reply, code, tail = run_json_child("kernelwright.optimize.probe", job.model_dump_json(), timeout,
-                                           {"KERNELWRIGHT_SIZE": size_for(device)})
+                                           {"KERNELWRIGHT_SIZE": resolve_size(device)})
     except ChildTimeout:
         raise InputError(f"{where}: importing and running the model took over {timeout:.0f} s") from None
     if reply is None:

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from kernelwright.childproc import child_main
+from kernelwright.childproc import child_main, one_line
 
 
 class ProbeJob(BaseModel):
@@ -44,11 +44,6 @@ class _Fail(Exception):
     def __init__(self, stage: str, message: str):
         super().__init__(message)
         self.stage, self.message = stage, message
-
-
-def _one_line(e: BaseException) -> str:
-    first = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {first[0][:300]}" if first else type(e).__name__
 
 
 def _seed(seed: int) -> None:
@@ -71,7 +66,7 @@ def _import(job: ProbeJob) -> types.ModuleType:
     try:
         exec(compile(job.source, path, "exec"), module.__dict__)
     except BaseException as e:  # SystemExit from a script-style file is a failure to import too
-        raise _Fail("import", f"importing it raised {_one_line(e)}") from e
+        raise _Fail("import", f"importing it raised {one_line(e)}") from e
     for name in ("Model", "get_inputs", "get_init_inputs"):
         if not callable(getattr(module, name, None)):
             raise _Fail("import", f"it defines no {name}")
@@ -87,13 +82,13 @@ def _build(job: ProbeJob, module: types.ModuleType) -> tuple[Any, list[Any], Any
         _seed(job.seed)
         init = list(module.get_init_inputs())
     except Exception as e:
-        raise _Fail("inputs", f"get_init_inputs() raised {_one_line(e)}") from e
+        raise _Fail("inputs", f"get_init_inputs() raised {one_line(e)}") from e
     try:
         _seed(job.seed)
         with torch.no_grad():
             model = module.Model(*copy.deepcopy(init)).to(dev)
     except Exception as e:
-        raise _Fail("device", f"building Model(*get_init_inputs()) on {job.device} raised {_one_line(e)}") from e
+        raise _Fail("device", f"building Model(*get_init_inputs()) on {job.device} raised {one_line(e)}") from e
     return model, init, dev
 
 
@@ -107,7 +102,7 @@ def _inputs(job: ProbeJob, module: types.ModuleType, seed: int, dev: Any) -> lis
             raise TypeError(f"it returned a {type(raw).__name__}, not a list of inputs")
         return [x.to(dev) if isinstance(x, torch.Tensor) else x for x in raw]
     except Exception as e:
-        raise _Fail("inputs", f"get_inputs() raised {_one_line(e)}") from e
+        raise _Fail("inputs", f"get_inputs() raised {one_line(e)}") from e
 
 
 def _check(job: ProbeJob) -> dict[str, Any]:
@@ -122,7 +117,7 @@ def _check(job: ProbeJob) -> dict[str, Any]:
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
     except Exception as e:
-        raise _Fail("forward", f"Model.forward on {job.device} raised {_one_line(e)}") from e
+        raise _Fail("forward", f"Model.forward on {job.device} raised {one_line(e)}") from e
     outs = out if isinstance(out, (list, tuple)) else [out]
     if not outs or not all(isinstance(o, torch.Tensor) for o in outs):
         raise _Fail("forward", "Model.forward must return a tensor (or a tuple of tensors)")
@@ -151,7 +146,7 @@ def _baseline(job: ProbeJob) -> dict[str, Any]:
         reply["compile_s"] = round(time.monotonic() - started, 2)
         reply["compiled"] = timing.time_calls(compiled, sets, dev, cfg).model_dump()
     except Exception as e:  # no compiler, unsupported op, inductor bug: say so, do not fail the run
-        reply["compile_error"] = _one_line(e)
+        reply["compile_error"] = one_line(e)
     return reply
 
 

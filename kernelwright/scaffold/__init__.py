@@ -37,25 +37,33 @@ class ScaffoldError(Exception):
 
 
 def plan_task(task: Task, size: str = "small", timeout: float = DEFAULT_TIMEOUT_S, device: str = "cpu") -> ScaffoldPlan:
+    """The task's plan, from the cache or a planning child on `device`. A task whose planning
+    fails (its code raised, the child crashed) gets a plan that says why, cached like any other:
+    every cell of a study would fail the same way. Only a timeout raises ScaffoldError (and is
+    tried again next time: a loaded machine may be the cause)."""
     key = hashlib.sha256(f"{size}\0{task.id}\0{task.source}".encode()).hexdigest()
     with _lock:
         if key in _cache:
             return _cache[key]
-    job = PlanJob(task_id=task.id, source=task.source, path=task.path, size=size,
-                  device="cpu" if device == "cpu" else "cuda")
+    job = PlanJob(task_id=task.id, source=task.source, path=task.path, size=size, device=device)
     try:
         reply, code, tail = run_json_child("kernelwright.scaffold", job.model_dump_json(), timeout,
                                            {"KERNELWRIGHT_SIZE": size})
     except ChildTimeout as e:
         raise ScaffoldError(f"{task.id}: scaffold planning: {e}") from None
     if reply is None:
-        raise ScaffoldError(f"{task.id}: scaffold planning crashed (exit {code})" + (f": {tail}" if tail else ""))
-    if not reply.get("ok"):
-        raise ScaffoldError(f"{task.id}: scaffold planning: {reply.get('stage')}: {reply.get('error')}")
-    result = ScaffoldPlan.model_validate(reply["plan"])
+        result = _none(task, f"scaffold planning crashed (exit {code})" + (f": {tail}" if tail else ""))
+    elif not reply.get("ok"):
+        result = _none(task, f"scaffold planning: {reply.get('stage')}: {reply.get('error')}")
+    else:
+        result = ScaffoldPlan.model_validate(reply["plan"])
     with _lock:
         _cache[key] = result
     return result
+
+
+def _none(task: Task, reason: str) -> ScaffoldPlan:
+    return ScaffoldPlan(task_id=task.id, available=False, reason=reason)
 
 
 def build(task: Task, target: str, size: str = "small", device: str = "cpu") -> Scaffold:

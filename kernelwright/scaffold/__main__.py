@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from kernelwright.childproc import child_main
+from kernelwright.childproc import child_main, one_line
 
 
 def handle(text: str) -> dict:
@@ -31,7 +31,7 @@ def handle(text: str) -> dict:
         torch.manual_seed(job.seed)
         inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
     except Exception as e:  # the task's own code failed: one line for the caller
-        return {"ok": False, "stage": "load", "error": f"{type(e).__name__}: {str(e).strip()[:300]}"}
+        return {"ok": False, "stage": "load", "error": one_line(e)}
     result = plan(job.task_id, module, model, inputs, job.source)
     return {"ok": True, "plan": result.model_dump(mode="json")}
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 import textwrap
 
+from kernelwright.extract import fenced_blocks
+
 from .types import BEGIN, END, Assembly, Scaffold, SegmentKind
 
-FENCE = re.compile(r"```[ \t]*([\w+#-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 C_DECL_Y = re.compile(r"^(\s*)(?:const\s+)?(?:float|double|auto|half|__half)\s+y\s*=")
 C_RETURN = re.compile(r"^(\s*)return\s+(.+?);\s*$")
 PY_RETURN = re.compile(r"^(\s*)return\b\s*(.*)$")
@@ -43,7 +44,7 @@ def extract_region(scaffold: Scaffold, answer: str) -> tuple[str, list[str]]:
 
 
 def _code_block(answer: str, language: str, repairs: list[str]) -> str:
-    blocks = FENCE.findall(answer)
+    blocks = fenced_blocks(answer)
     if not blocks:
         return answer
     want = {"python": ("python", "py"), "cuda": ("cuda", "cpp", "c++", "c", "cu"),

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from kernelwright import prompts
 from kernelwright.evaluate import EvalConfig, evaluate
-from kernelwright.evaluate.evaluator import waiting_for_evaluations
+from kernelwright.evaluate.evaluator import resolve_size
 from kernelwright.extract import extract_code
 from kernelwright.llm.base import Backend, ChatMessage, Completion, GenerationRequest
 from kernelwright.records import Attempt, EvalResult, Stage, Task, Usage, Verdict, sha256_text
@@ -33,11 +33,6 @@ log = logging.getLogger(__name__)
 TARGET_NAMES = {"cuda": "CUDA", "triton": "Triton", "cpp": "C++ (CPU)"}
 
 ProgressFn = Callable[[dict[str, Any]], None]
-
-
-def _fence(language: str) -> str:
-    """The code-fence tag for a region's language (what the model is asked to answer in)."""
-    return {"cuda": "cuda", "cpp": "cpp"}.get(language, "python")
 
 
 @dataclass
@@ -74,20 +69,18 @@ class RunContext:
         if not self.config.scaffold:
             return None
         if self._scaffold is None:
-            from kernelwright.analysis.runner import resolve_size
             from kernelwright.scaffold import ScaffoldError, build
 
-            size = resolve_size("cpu" if self.eval_config.device == "cpu" else "cuda", self.eval_config.size)
+            size = resolve_size(self.eval_config.device, self.eval_config.size)
             try:
                 sc = build(self.task, self.target, size, device=self.eval_config.device)
-            except ScaffoldError as e:
-                self.notes["scaffold"] = {"available": False, "reason": str(e)}
-                self._scaffold = False
-                return None
-            self.notes["scaffold"] = {"available": sc.available, "reason": sc.reason}
-            self._scaffold = sc if sc.available else False
-            if not sc.available:
-                self.progress({"event": "scaffold", "available": False, "reason": sc.reason})
+                available, reason = sc.available, sc.reason
+            except ScaffoldError as e:  # planning timed out
+                available, reason = False, str(e)
+            self.notes["scaffold"] = {"available": available, "reason": reason}
+            self._scaffold = sc if available else False
+            if not available:
+                self.progress({"event": "scaffold", "available": False, "reason": reason})
         return self._scaffold or None
 
     # -- prompts -------------------------------------------------------------------------------
@@ -108,7 +101,7 @@ class RunContext:
                       "torch_lines": seg.torch_lines, "module_notes": seg.module_notes, "op_notes": seg.op_notes}
         return {"task_source": self.task.source.strip(), "target": self.target,
                 "target_name": TARGET_NAMES[self.target], "ambition": self.config.has("ambition"),
-                "scaffold": region, "fence": _fence(sc.language) if sc is not None else "python"}
+                "scaffold": region, "fence": sc.language if sc is not None else "python"}
 
     def messages(self, user: str) -> tuple[ChatMessage, ...]:
         return (ChatMessage(role="system", content=self.system()), ChatMessage(role="user", content=user))
@@ -196,11 +189,7 @@ class RunContext:
             return evaluate(self.task, code, replace(self.eval_config))
 
         workers = max(1, min(self.config.eval_workers, len(codes)))
-        if workers == 1:
-            return [one(job) for job in enumerate(codes)]
-        # the evaluations run on other threads: whatever this thread holds that they need
-        # (a study cell's device) is let go of while it waits
-        with waiting_for_evaluations(), ThreadPoolExecutor(max_workers=workers) as pool:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
             return list(pool.map(one, enumerate(codes)))
 
     def _attempt(self, messages: tuple[ChatMessage, ...], comp: Completion, code: Optional[str], grounding: Any,

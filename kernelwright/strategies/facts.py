@@ -67,12 +67,17 @@ def analyze_for_prompts(task: Task, device: str) -> PromptFacts:
     return PromptFacts.from_analysis(analyze(task, device=device))
 
 
+def facts_file(task_id: str) -> str:
+    """The file name of a task's facts in a facts folder (recordings, studies, reports)."""
+    return task_id.replace("/", "__") + ".json"
+
+
 def folder_provider(folder: Path, device: str = "cpu", record: bool = False):
     """Facts from `<folder>/<task id with / as __>.json`; with record=True, analyse and save the
     ones that are missing (used when recording transcripts and by studies)."""
 
     def provide(task: Task) -> PromptFacts:
-        path = folder / (task.id.replace("/", "__") + ".json")
+        path = folder / facts_file(task.id)
         if path.is_file():
             return PromptFacts.load(path)
         if not record:

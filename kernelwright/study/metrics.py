@@ -214,9 +214,9 @@ _FLOOR = re.compile(r"floor ([0-9.eE+-]+) ms on (\S+)")
 
 def roofline_floor(folders: list[Path], task_id: str) -> tuple[float, str] | None:
     """(floor ms, device name) from the task facts a study stored in FOLDER/facts."""
-    from kernelwright.strategies.facts import PromptFacts
+    from kernelwright.strategies.facts import PromptFacts, facts_file
 
-    name = task_id.replace("/", "__") + ".json"
+    name = facts_file(task_id)
     for folder in reversed(folders):
         path = folder / "facts" / name
         if path.is_file():

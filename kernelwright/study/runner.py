@@ -2,17 +2,16 @@
 
 Spreading the work (kept simple on purpose):
 - cells run on a thread pool (`StudySpec.concurrency`, default two per device);
-- each listed device has one lock: a cell holds its device's lock while it analyses or
-  profiles, and *releases it while the model generates* (SharedBackend) and while its candidate
-  waits for a build (DeviceReleasingExecutor); the pool's device slot takes the same lock for
-  each evaluation. So the model generates for some cells while others' candidates build on the
-  cores and one is timed, and timing on a device never overlaps other work on it;
+- a cell is assigned the least loaded device (DeviceSlots); nothing holds a device for a whole
+  cell: the evaluation pool builds many cells' candidates at once on the cores and runs one
+  evaluation per device at a time, and whatever would skew a timing on a device (a timing, a
+  profile, the model generating) holds that device's lock itself (evaluate/device_lock.py), in
+  this process and across processes;
 - one model in this process: the requests of cells waiting at the same time are generated in
-  one batched call (llm/coalesce.py), so `--jobs 32` on a GPU decodes 32 answers per step; a
-  model that runs on one of the study's devices holds that device's lock while it generates;
+  one batched call (llm/coalesce.py), so `--jobs 32` on a GPU decodes 32 answers per step;
 - scaffold plans (which run the reference on the device but time nothing) are made for every
   task up front, several at once, before any cell can be timing;
-  candidates are evaluated in a fresh sandboxed child process each (kernelwright.evaluate), the
+- candidates are evaluated in a fresh sandboxed child process each (kernelwright.evaluate), the
   per-candidate "worker": a timeout or crash kills only that child, and the evaluator probes a
   GPU before reusing it.
   A GPU that stops answering is taken out of the pool; when none is left the run stops, the
@@ -37,12 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.evaluate import GPUUnavailableError
-from kernelwright.evaluate.device_lock import DeviceLock, device_key
-from kernelwright.evaluate.evaluator import EvalConfig, cache_root
-from kernelwright.evaluate.executors import Executor
-from kernelwright.llm.base import Backend, Completion, GenerationRequest
+from kernelwright.evaluate.device_lock import DeviceLock
+from kernelwright.llm.base import Backend
 from kernelwright.llm.coalesce import CoalescingBackend
-from kernelwright.records import Attempt, Cell, EvalResult, Task, Verdict
+from kernelwright.records import Attempt, Cell, Task, Verdict
 from kernelwright.study.log import ATTEMPTS, CELLS, append_record, read_cells
 from kernelwright.study.records import FailureKind, StudyAttempt, StudyCell
 from kernelwright.study.spec import StudySpec
@@ -69,6 +66,7 @@ class CellJob:
     work: CellWork | None  # None: the cell is a known failure (failure says which)
     failure: tuple[FailureKind, str] | None = None
     imported: bool = False
+    scaffold: bool = False  # its regime asks for scaffolded generation (its plan is made up front)
     inputs_hash: str | None = None  # imported cells: the texts imported (a changed input is redone)
 
 
@@ -100,21 +98,16 @@ def is_done(job: CellJob, done: dict[str, StudyCell], retry_failed: bool) -> boo
 
 
 class DeviceSlots:
-    def __init__(self, devices: Sequence[str], exclusive: bool = True) -> None:
+    """Which device each cell runs on: the least loaded live one. Bookkeeping only: what must not
+    overlap on a device (timings, profiles, the model generating) holds the device's lock itself
+    (evaluate/device_lock.py)."""
+
+    def __init__(self, devices: Sequence[str]) -> None:
         self.devices = list(devices)
-        # False when the executor schedules the devices itself (Ray): holding is then bookkeeping
-        self.exclusive = exclusive
-        self.locks = {d: threading.Lock() for d in self.devices}
         self.load = dict.fromkeys(self.devices, 0)
         self.lost: set[str] = set()
         self._guard = threading.Lock()
         self._local = threading.local()
-
-    def lock_for(self, device: str | None) -> threading.Lock | None:
-        """The lock of `device` when it is one of these devices (`cuda` and `cuda:0` are one GPU)."""
-        if device is None or not self.exclusive:
-            return None
-        return next((lock for d, lock in self.locks.items() if device_key(d) == device_key(device)), None)
 
     @property
     def current(self) -> str | None:
@@ -140,67 +133,22 @@ class DeviceSlots:
 
     @contextmanager
     def holding(self, device: str) -> Iterator[None]:
-        lock = self.locks[device] if self.exclusive else threading.Lock()
-        lock.acquire()
+        """This thread's cell runs on `device` (facts are computed there)."""
         self._local.device = device
         try:
             yield
         finally:
             self._local.device = None
-            lock.release()
-
-    @contextmanager
-    def released(self) -> Iterator[None]:
-        """Let another cell use this thread's device while this one waits for the model."""
-        device = self.current if self.exclusive else None
-        if device is not None:
-            self.locks[device].release()
-        try:
-            yield
-        finally:
-            if device is not None:
-                self.locks[device].acquire()
 
 
-class SharedBackend:
-    """One backend shared by the cell threads, device released while they wait for it. Requests
-    of cells that wait at the same time are generated in one batched call (CoalescingBackend)."""
-
-    def __init__(self, inner: Backend, slots: DeviceSlots, cache_root: Path | None = None) -> None:
-        # a model on one of the study's devices (llama.cpp on the CPU, transformers on the GPU)
-        # holds that device while it generates (this process's lock and the device's lock file):
-        # its work would skew a timing there
-        device = getattr(inner, "device", None)
-        lock = slots.lock_for(device)
-        guard = DeviceLock(device, cache_root, lock) if lock is not None and cache_root is not None else lock
-        # backends that gain from many requests per call linger a moment to gather them
-        linger = 1.0 if getattr(inner, "batches_requests", False) else 0.0
-        self.inner, self.slots, self.model = CoalescingBackend(inner, guard, linger), slots, inner.model
-
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
-        with self.slots.released():
-            return self.inner.generate(requests)
-
-
-class DeviceReleasingExecutor:
-    """The local pool, called by cells that hold their device: the cell lets go of the device
-    while its candidate waits for a compile slot and for its turn, and the pool's device slot
-    takes the same lock for the evaluation itself. So builds of many cells run in parallel on the
-    cores, while an evaluation's timing still never overlaps another cell's profiling or analysis."""
-
-    def __init__(self, inner: Executor, slots: DeviceSlots) -> None:
-        self.inner, self.slots = inner, slots
-
-    def evaluate(self, task: Task, candidate_text: str, cfg: EvalConfig | None = None) -> EvalResult:
-        with self.slots.released():
-            return self.inner.evaluate(task, candidate_text, cfg)
-
-    def waiting(self):
-        """A cell waiting for evaluations it handed to other threads lets go of its device too."""
-        return self.slots.released()
-
-    def close(self) -> None:
-        self.inner.close()
+def shared_backend(inner: Backend) -> CoalescingBackend:
+    """The model as the cell threads share it: requests of cells that wait at the same time are
+    generated in one call, and a model with a device (llama.cpp on the CPU, transformers on a GPU)
+    holds that device while it generates, since its work would skew a timing there."""
+    device = getattr(inner, "device", None)
+    # backends that gain from many requests per call linger a moment to gather the first wave
+    linger = 1.0 if getattr(inner, "batches_requests", False) else 0.0
+    return CoalescingBackend(inner, DeviceLock(device) if device else None, linger)
 
 
 class FactsStore:
@@ -213,9 +161,9 @@ class FactsStore:
         self._guard = threading.Lock()
 
     def __call__(self, task: Task):
-        from kernelwright.strategies.facts import PromptFacts, analyze_for_prompts
+        from kernelwright.strategies.facts import PromptFacts, analyze_for_prompts, facts_file
 
-        name = task.id.replace("/", "__") + ".json"
+        name = facts_file(task.id)
         with self._guard:
             lock = self._locks.setdefault(task.id, threading.Lock())
         with lock:
@@ -351,7 +299,7 @@ def plan_jobs(spec: StudySpec, backend: Backend, tasks: Sequence[TaskOrFailure],
                     return run_regime(task, backend, config, cfg, sink=sink, analysis_provider=facts,
                                       config_hash=chash)
 
-                jobs.append(CellJob(**common, task_hash=task.source_hash, work=work))
+                jobs.append(CellJob(**common, task_hash=task.source_hash, work=work, scaffold=config.scaffold))
     return jobs
 
 
@@ -375,16 +323,16 @@ def pending_jobs(spec: StudySpec, jobs: list[CellJob], retry_failed: bool) -> li
 def prefetch_scaffold_plans(spec: StudySpec, todo: Sequence[CellJob], tasks: Sequence[TaskOrFailure]) -> None:
     """Plan the scaffold of every task a pending scaffolded cell needs, in parallel child processes,
     into the planner's in-process cache. A plan that fails here is left to its cell, which records why."""
-    if spec.executor != "local" or not any(spec.regime_config(r, s).scaffold for r in spec.regimes for s in spec.seeds):
+    wanted = {j.task_id for j in todo if j.scaffold}
+    if spec.executor != "local" or not wanted:
         return
-    from kernelwright.analysis.runner import resolve_size
+    from kernelwright.evaluate.evaluator import resolve_size
     from kernelwright.evaluate.pool import available_cores
     from kernelwright.scaffold import ScaffoldError, plan_task
 
-    wanted = {j.task_id for j in todo if j.work is not None}
     todo_tasks = [t for t in tasks if isinstance(t, Task) and t.id in wanted]
     device = spec.devices[0]
-    size = resolve_size("cpu" if device == "cpu" else "cuda", spec.eval.size)
+    size = resolve_size(device, spec.eval.size)
 
     def plan(task: Task) -> None:
         try:
@@ -411,8 +359,8 @@ def run_study(spec: StudySpec, *, retry_failed: bool = False, on_event: EventFn 
     tasks = resolve_tasks(spec.tasks)
     inner = make_backend(spec.model)
     try:
-        slots = DeviceSlots(spec.devices, exclusive=spec.executor == "local")
-        backend = SharedBackend(inner, slots, cache_root(EvalConfig(cache_dir=spec.cache_dir)))
+        slots = DeviceSlots(spec.devices)
+        backend = shared_backend(inner)
         facts = FactsStore(spec.facts_dir, spec.out / "facts", slots)
         jobs = plan_jobs(spec, backend, tasks, facts)
         todo = pending_jobs(spec, jobs, retry_failed)
@@ -424,11 +372,7 @@ def run_study(spec: StudySpec, *, retry_failed: bool = False, on_event: EventFn 
                           pending=len(todo))
         prefetch_scaffold_plans(spec, todo, tasks)
         # Every evaluate() the strategies make goes through the executor while the cells run.
-        if spec.executor == "local":
-            executor = DeviceReleasingExecutor(make_executor("local", spec.devices, device_locks=slots.locks), slots)
-        else:
-            executor = make_executor(spec.executor, spec.devices)
-        with installed(executor):
+        with installed(make_executor(spec.executor, spec.devices)):
             return run_jobs(todo, spec.out, slots, spec.concurrency, on_event, summary)
     finally:
         close = getattr(inner, "close", None)

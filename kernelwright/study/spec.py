@@ -35,6 +35,7 @@ from pydantic import (
     model_validator,
 )
 
+from kernelwright.evaluate.device_lock import device_key
 from kernelwright.strategies.config import RegimeConfig, RegimeError, parse_regime
 
 if sys.version_info >= (3, 11):
@@ -132,7 +133,7 @@ class StudySpec(BaseModel):
         for d in out:
             if not (d == "cpu" or d == "cuda" or (d.startswith("cuda:") and d[5:].isdigit())):
                 raise ValueError(f"unknown device {d!r}: use cpu, cuda or cuda:N")
-        if not out or len(set(out)) != len(out):
+        if not out or len({device_key(d) for d in out}) != len(out):  # `cuda` is `cuda:0`
             raise ValueError("devices must be a non-empty list without repeats")
         if len({device_kind(d) for d in out}) > 1:
             # the target and the timing protocol differ between CPU and GPU: one study, one kind

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from .errors import TaskError
 
+from kernelwright import pyast
+
 REQUIRED: tuple[tuple[type, str], ...] = (
     (ast.ClassDef, "Model"),
     (ast.FunctionDef, "get_inputs"),
@@ -36,7 +38,7 @@ def _module_level(body: Iterable[ast.stmt]) -> Iterable[ast.stmt]:
 
 def parse_source(text: str, where: str) -> ast.Module:
     try:
-        return ast.parse(text, filename=where)
+        return pyast.parse(text, filename=where)
     except SyntaxError as exc:
         raise TaskError(f"{where}: not valid Python: line {exc.lineno}: {exc.msg}") from None
     except ValueError as exc:  # e.g. null bytes, which some Python versions report this way

@@ -4,10 +4,7 @@ The pool must change how fast verdicts come, never what they are."""
 
 from __future__ import annotations
 
-import fcntl
 import tempfile
-import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +12,7 @@ import pytest
 
 from kernelwright.evaluate import evaluate
 from kernelwright.evaluate.dedupe import result_key
-from kernelwright.evaluate.evaluator import EvalConfig, cache_root, precheck, run_prepared
+from kernelwright.evaluate.evaluator import EvalConfig, precheck, run_prepared
 from kernelwright.evaluate.pool import EvalPool, PoolConfig, Slot, available_cores
 from kernelwright.records import Verdict
 from kernelwright.tasks import load_task
@@ -99,29 +96,6 @@ def test_a_slot_runs_prewarmed_workers_with_its_own_folders(bias_relu, fast_cfg,
         other.discard_spare()
 
 
-def test_an_evaluation_waits_for_its_device_lock_and_for_other_processes(bias_relu, fast_cfg, tmp_path):
-    """The study's cells hold a device's lock while they profile; another kernelwright process
-    holds the device's lock file while it times: the device slot waits for both."""
-    cfg = fast_cfg(cache_dir=str(tmp_path / "cache"))
-    lock = threading.Lock()
-    with EvalPool(PoolConfig(devices=["cpu"], compile_workers=1, device_locks={"cpu": lock})) as pool:
-        lock.acquire()
-        first = pool.submit(bias_relu, text("torch_only.py"), cfg)
-        time.sleep(3)
-        assert not first.done()
-        lock.release()
-        assert first.result(timeout=300).verdict == Verdict.NO_CUSTOM_KERNEL
-        # the cross-process lock: a file under the build cache, held here through another descriptor
-        path = cache_root(cfg) / "device-locks" / "cpu.lock"
-        with open(path, "a") as other:
-            fcntl.flock(other, fcntl.LOCK_EX)
-            # no build, and not a duplicate of the first: straight to the device slot
-            second = pool.submit(bias_relu, text("torch_only.py") + "\n# another candidate\n", cfg)
-            time.sleep(3)
-            assert not second.done()
-        assert second.result(timeout=300).verdict == Verdict.NO_CUSTOM_KERNEL
-
-
 def test_compile_slots_never_run_more_jobs_than_cores():
     with EvalPool(PoolConfig(devices=["cpu"], compile_workers=2, scratch=tempfile.mkdtemp())) as pool:
         compile_slots = [s for s in pool._slots if s.name.startswith("compile")]
@@ -154,3 +128,12 @@ def test_pool_on_a_gpu_recycles_after_an_illegal_address(tmp_path):
     direct = [evaluate(task, text(n, GPU), replace(cfg)).verdict for n in names]
     assert [r.verdict for r in results] == direct
     assert stats.linked_duplicates == 1 and stats.recycled >= 1
+
+
+def test_closing_cancels_what_never_ran_and_every_duplicate_copy_with_it(bias_relu, fast_cfg):
+    cfg = fast_cfg()
+    pool = EvalPool(PoolConfig(devices=["cpu"], compile_workers=1, prewarm=False))
+    texts = [text("correct_cpp.py"), text("wrong_cpp.py"), text("wrong_cpp.py")]  # the last two are one job
+    futures = [pool.submit(bias_relu, t, cfg) for t in texts]
+    pool.close()  # the compile slot holds the first build; the second job is still queued
+    assert all(f.done() for f in futures[1:]) and all(f.cancelled() for f in futures[1:])

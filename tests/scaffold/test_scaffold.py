@@ -202,3 +202,14 @@ def test_real_triton_answers_after_the_splicer(plans, fast_cfg) -> None:
     assert verdicts["builtin/L1/03_softmax"] == Verdict.CORRECT
     # and wrong in one: gelu of the scaled value (its error, judged as such)
     assert verdicts["builtin/L2/01_linear_gelu_scale"] == Verdict.WRONG_OUTPUT
+
+
+def test_a_task_that_fails_to_plan_gets_a_plan_that_says_why_once(tmp_path) -> None:
+    path = tmp_path / "broken.py"
+    path.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def __init__(self):\n"
+                    "        super().__init__()\n        raise ValueError('boom at init')\n\n\n"
+                    "def get_inputs():\n    return [torch.randn(4, 4)]\n\n\ndef get_init_inputs():\n    return []\n")
+    task = load_task(str(path))
+    first = plan_task(task)
+    assert not first.available and "ValueError: boom at init" in first.reason
+    assert plan_task(task) is first  # cached: every cell of a study would fail the same way
