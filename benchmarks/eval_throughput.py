@@ -2,8 +2,9 @@
 
     .venv/bin/python benchmarks/eval_throughput.py --set cpu --device cpu --out docs/results/eval-throughput-cpu.md
     .venv/bin/python benchmarks/eval_throughput.py --set gpu --device cuda --out docs/results/eval-throughput-h200.md
-    # or in sittings: --pass pool --save p.json; --pass simple --part 1/2 --save s1.json; ...; then
-    .venv/bin/python benchmarks/eval_throughput.py --set gpu --merge p.json s1.json s2.json --out ...
+    # or in sittings: --pass pool --save p.json; --pass simple --save s.json (stop it any time and run
+    # the same command again later: it continues); then
+    .venv/bin/python benchmarks/eval_throughput.py --set gpu --merge p.json s.json --out ...
 
 The simple way is what KernelBench's scripts do: one candidate at a time, a fresh process each
 (the evaluator's sandbox), compile then evaluate, with an empty build cache every time and no
@@ -22,6 +23,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -67,31 +69,57 @@ def load_set(name: str) -> list[Candidate]:
     return out
 
 
-def run_simple(cands: list[Candidate], cfg: EvalConfig, log) -> Run:
+def run_simple(cands: list[Candidate], cfg: EvalConfig, log, on_each=None) -> Run:
+    """One at a time. The pass's wall time is the sum of the candidates' times (nothing overlaps
+    by definition), so `on_each(file, verdict, seconds)` lets a caller save after every candidate
+    and a pass cut short be continued later (--save)."""
     verdicts = []
-    start = time.monotonic()
+    total = 0.0
     for i, c in enumerate(cands):
         cache = tempfile.mkdtemp(prefix="kw-bench-simple-")
+        t0 = time.monotonic()
         try:
-            t0 = time.monotonic()
             r = evaluate_direct(c.task, c.text, replace(cfg, cache_dir=cache))
         finally:
             shutil.rmtree(cache, ignore_errors=True)
+        took = time.monotonic() - t0
+        total += took
         verdicts.append(r.verdict.value)
-        log(f"simple {i + 1:>2}/{len(cands)} {c.file:<40} {r.verdict.value:<18} {time.monotonic() - t0:6.1f} s")
-    return Run("simple", verdicts, time.monotonic() - start)
+        log(f"simple {i + 1:>2}/{len(cands)} {c.file:<40} {r.verdict.value:<18} {took:6.1f} s  {stage_times(r)}")
+        if on_each is not None:
+            on_each(c.file, r.verdict.value, took)
+    return Run("simple", verdicts, total)
+
+
+def stage_times(result) -> str:
+    """Where a candidate's time went, e.g. `prebuild 52.1 build 0.3 check 4.2 time 3.0`."""
+    return " ".join(f"{st.name} {st.seconds:.1f}" for st in result.stages if st.seconds >= 0.05)
 
 
 def run_pool(cands: list[Candidate], cfg: EvalConfig, pool_cfg: PoolConfig, log) -> tuple[Run, object]:
+    """All candidates submitted at once; each line is logged when that candidate is decided (not in
+    submission order), with its stages' times, so a slow stretch shows where it went."""
     cache = tempfile.mkdtemp(prefix="kw-bench-pool-")
     try:
         start = time.monotonic()
+        done_lock = threading.Lock()
+        done = [0]
+
+        def report(c: Candidate, f) -> None:
+            with done_lock:
+                done[0] += 1
+                n = done[0]
+            if f.cancelled():
+                return
+            e = f.exception()
+            what = f"{type(e).__name__}: {e}" if e is not None else f"{f.result().verdict.value:<18} {stage_times(f.result())}"
+            log(f"pool   {n:>2}/{len(cands)} {c.file:<40} at {time.monotonic() - start:6.1f} s  {what}")
+
         with EvalPool(pool_cfg) as pool:
             futures = [pool.submit(c.task, c.text, replace(cfg, cache_dir=cache)) for c in cands]
-            verdicts = []
-            for i, (c, f) in enumerate(zip(cands, futures, strict=True)):
-                verdicts.append(f.result().verdict.value)
-                log(f"pool   {i + 1:>2}/{len(cands)} {c.file:<40} {verdicts[-1]:<18} at {time.monotonic() - start:6.1f} s")
+            for c, f in zip(cands, futures, strict=True):
+                f.add_done_callback(lambda f, c=c: report(c, f))
+            verdicts = [f.result().verdict.value for f in futures]
             stats = pool.snapshot()
         return Run("pool", verdicts, time.monotonic() - start), stats
     finally:
@@ -135,13 +163,43 @@ def markdown(args, cands, simple: Run, pool: Run, stats, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def save_run(path: Path, run: Run, cands: list[Candidate], command: str) -> None:
-    """One pass (or part of the simple pass) as JSON, for --merge: a pass that outlasts one sitting
-    (the simple way on the H200 is ~40 min) is run in parts and put together afterwards."""
+def save_run(path: Path, run: Run, cands: list[Candidate], command: str, seconds: list[float] | None = None) -> None:
+    """A pass (or the part of the simple pass run so far) as JSON, for --merge and for continuing:
+    the simple way on the H200 is ~40 min, more than one sitting of device time."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"mode": run.mode, "files": [c.file for c in cands], "verdicts": run.verdicts,
-                                "wall_s": run.wall_s, "machine": machine(), "command": command}, indent=1) + "\n")
-    print(f"wrote {path}")
+    data = {"mode": run.mode, "files": [c.file for c in cands], "verdicts": run.verdicts,
+            "wall_s": run.wall_s, "machine": machine(), "command": command}
+    if seconds is not None:
+        data["seconds"] = seconds
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)  # a pass killed mid-write keeps its previous save
+
+
+def simple_resumed(path: Path, cands: list[Candidate], cfg: EvalConfig, command: str, log) -> Run:
+    """The simple pass, saved to `path` after every candidate; candidates already in `path` (from
+    an earlier sitting, on this kind of machine) are not run again."""
+    files: list[str] = []
+    verdicts: list[str] = []
+    seconds: list[float] = []
+    if path.is_file():
+        data = json.loads(path.read_text())
+        if data["mode"] != "simple":
+            raise SystemExit(f"{path}: holds a {data['mode']} pass, not the simple one")
+        files, verdicts = list(data["files"]), list(data["verdicts"])
+        seconds = list(data.get("seconds") or [])
+        log(f"continuing {path}: {len(files)} candidates done, {sum(seconds):.1f} s")
+    by_name = {c.file: c for c in cands}
+    todo = [c for c in cands if c.file not in set(files)]
+
+    def save_one(file: str, verdict: str, took: float) -> None:
+        files.append(file)
+        verdicts.append(verdict)
+        seconds.append(took)
+        save_run(path, Run("simple", verdicts, sum(seconds)), [by_name[f] for f in files], command, seconds)
+
+    run_simple(todo, cfg, log, on_each=save_one)
+    return Run("simple", verdicts, sum(seconds))
 
 
 def merge_runs(paths: list[Path], cands: list[Candidate]) -> tuple[Run, Run, list[str]]:
@@ -180,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=0, help="only the first N candidates (a quick look)")
     ap.add_argument("--pass", dest="which", choices=["both", "simple", "pool"], default="both",
                     help="run one pass only (with --save), e.g. when both do not fit one sitting")
-    ap.add_argument("--part", default="1/1", help="K/N: the simple pass's K-th of N contiguous parts")
-    ap.add_argument("--save", type=Path, help="write the pass's verdicts and wall time as JSON (for --merge)")
+    ap.add_argument("--save", type=Path, help="write the pass's verdicts and times as JSON (for --merge); "
+                    "the simple pass saves after every candidate and continues an existing file")
     ap.add_argument("--merge", type=Path, nargs="+", help="build the table from saved passes instead of running")
     args = ap.parse_args(argv)
 
@@ -204,12 +262,11 @@ def main(argv: list[str] | None = None) -> int:
 
     log(f"{len(cands)} candidates from benchmarks/candidates/{args.set}, device {cfg.device}")
     if args.which == "simple":
-        k, n = (int(x) for x in args.part.split("/"))
-        per = -(-len(cands) // n)
-        part = cands[(k - 1) * per : k * per]
-        run = run_simple(part, cfg, log)
         if args.save:
-            save_run(args.save, run, part, command)
+            run = simple_resumed(args.save, cands, cfg, command, log)
+            log(f"simple: {len(run.verdicts)}/{len(cands)} candidates, {run.wall_s:.1f} s, saved in {args.save}")
+        else:
+            run_simple(cands, cfg, log)
         return 0
     if args.which == "pool":
         run, stats = run_pool(cands, cfg, pool_cfg, log)

@@ -159,6 +159,7 @@ def run_cmd(
     from kernelwright.llm import BackendError, make_backend
     from kernelwright.llm.registry import is_embedded
     from kernelwright.strategies import RegimeError, parse_regime, run_regime
+    from kernelwright.strategies.config import check_runnable
     from kernelwright.tasks import TaskError, load_task
 
     tgt = target or default_target(device)
@@ -168,6 +169,7 @@ def run_cmd(
         config = parse_regime(regime, target=tgt, seed=seed, max_tokens=max_tokens,
                               scaffold=is_embedded(model) if scaffold is None else scaffold,
                               **({"n": n} if n is not None else {}), **({"turns": turns} if turns is not None else {}))
+        check_runnable(config)
         the_task = load_task(task)
         from kernelwright.evaluate.evaluator import validate_device
 

@@ -1,5 +1,7 @@
-# Source on the device machine (see docs/results/*-h200.md): the carried wheels (pydantic etc. are
-# not in the device image) into /tmp/site, the package from this checkout, caches under /tmp.
+# Source on the device machine (see docs/results/*-h200.md): the carried wheels into /tmp/site, the
+# package from this checkout, caches under /tmp. The device image lacks pydantic (+ pydantic_core,
+# annotated_types, typing_*), gguf, bm25s and PyStemmer (cp312 wheel): `pip download` them into
+# .whl/ here (git-ignored) and carry it with the first call.
 if [ ! -f /tmp/site/.done ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && touch /tmp/site/.done
 fi

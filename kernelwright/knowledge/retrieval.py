@@ -19,8 +19,10 @@ process and per notes folder.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 import re
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,6 +197,35 @@ def notes(notes_dir: Optional[Path] = None) -> list[Note]:
 # --- tokens ------------------------------------------------------------------------------------
 
 
+# import name -> pip name: what retrieval needs besides pydantic
+_NEEDS = {"bm25s": "bm25s", "Stemmer": "PyStemmer"}
+
+
+def missing() -> list[str]:
+    """The pip names of retrieval's dependencies that this Python cannot import. Cheap (nothing is
+    imported): callers check it before loading a model, so a regime that retrieves fails in its first
+    second instead of after minutes of model loading and profiling."""
+    return [pip for mod, pip in _NEEDS.items() if importlib.util.find_spec(mod) is None]
+
+
+def _import_bm25s() -> Any:
+    """bm25s, without JAX. When JAX is installed, bm25s runs a JAX op at import, which makes JAX
+    reserve 75 % of the GPU's memory in this process (on the H200: an attempt to allocate 104.85 GiB
+    next to the kernels being evaluated). Retrieval over a few hundred sections needs no GPU, so
+    `import jax` is made to fail while bm25s loads and it takes its numpy path. A process that already
+    imported JAX itself keeps it."""
+    if "bm25s" in sys.modules or "jax" in sys.modules:
+        import bm25s
+        return bm25s
+    sys.modules["jax"] = None  # type: ignore[assignment]  # `import jax...` now raises ImportError
+    try:
+        import bm25s
+    finally:
+        if sys.modules.get("jax", 0) is None:
+            del sys.modules["jax"]
+    return bm25s
+
+
 @functools.lru_cache(maxsize=1)
 def _stemmer() -> Any:
     try:
@@ -249,7 +280,7 @@ def _chunk_text(note: Note, section: Section) -> str:
 @functools.lru_cache(maxsize=8)
 def _build_index(notes_dir: str) -> _Index:
     try:
-        import bm25s
+        bm25s = _import_bm25s()
     except ImportError as e:
         raise ImportError("kernelwright.knowledge needs bm25s: pip install bm25s") from e
     # bm25s logs its index building at DEBUG on the root handler a CLI may have set up: not ours to show

@@ -56,6 +56,7 @@ def optimize_cmd(
     from kernelwright.optimize.report import headline
     from kernelwright.optimize.runner import optimize
     from kernelwright.strategies import RegimeError, parse_regime
+    from kernelwright.strategies.config import check_runnable
 
     budget = Budget(budget_minutes)  # the clock starts with the command: checks count too
     if budget_minutes <= 0:
@@ -71,7 +72,7 @@ def optimize_cmd(
                        samples=samples, turns=turns, rounds=rounds, seed=seed, max_tokens=max_tokens,
                        scaffold=is_embedded(model) if scaffold is None else scaffold, eval_timeout=timeout,
                        iters=iters, time=not no_timing)
-        parse_regime(regime, target=tgt)  # a bad spec fails here, not after the profiling
+        check_runnable(parse_regime(regime, target=tgt))  # a bad spec fails here, not after the profiling
         checked = inp.check_runs(task, dev)
         backend = make_backend(model)
     except (inp.InputError, RegimeError, BackendError) as e:

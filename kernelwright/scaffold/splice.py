@@ -17,6 +17,11 @@ from .types import BEGIN, END, Assembly, Scaffold, SegmentKind
 
 C_DECL_Y = re.compile(r"^(\s*)(?:const\s+)?(?:float|double|auto|half|__half)\s+y\s*=")
 C_RETURN = re.compile(r"^(\s*)return\s+(.+?);\s*$")
+# min/max on a float and an integer literal (`max(x + 3, 0)`) is ambiguous in CUDA and a template
+# mismatch for std::max; the float functions take both
+C_MIN_MAX = re.compile(r"(?<![\w.>:])(?:std::)?(min|max)\s*\(")
+C_CONTROL = re.compile(r"^\s*(?:(?:for|if|while|switch)\s*\(|else\b|do\b|#)")
+C_CONTINUES = ("+", "-", "*", "/", "%", "?", ":", "&", "|", "^", ".", ")", "]", "{", ",", "=", "<", ">")
 PY_RETURN = re.compile(r"^(\s*)return\b\s*(.*)$")
 WHOLE_KERNEL = {"cuda": ("__global__", "#include", "torch::Tensor kw_fused_impl", "load_inline"),
                 "cpp": ("static void kw_fused_kernel", "#include", "torch::Tensor kw_fused_impl", "load_inline"),
@@ -152,7 +157,30 @@ def _c_fixes(scaffold: Scaffold, lines: list[str], repairs: list[str]) -> list[s
         elif scalar_y and m:
             repairs.append("dropped `return y;` (the skeleton stores y)")
             continue
+        new = C_MIN_MAX.sub(lambda mm: f"f{mm.group(1)}f(", line)
+        if new != line:
+            repairs.append(f"float math: `{line.strip()}` -> `{new.strip()}`")
+            line = new
         out.append(line)
+    return _semicolons(out, repairs)
+
+
+def _semicolons(lines: list[str], repairs: list[str]) -> list[str]:
+    """A statement line that ends like an expression and is not continued on the next line gets
+    its missing `;` (the model's one-line answers often lack it: `y = x * 0.5f`)."""
+    out = list(lines)
+    for i, line in enumerate(lines):
+        code, sep, comment = line.partition("//")
+        body = code.rstrip()
+        if not body.strip() or C_CONTROL.match(body) or body.count("(") != body.count(")"):
+            continue
+        if not re.search(r"[\w)\]]$", body) or body.strip() in ("else", "do"):
+            continue
+        following = next((ln.strip() for ln in lines[i + 1:] if ln.strip() and not ln.strip().startswith("//")), "")
+        if following.startswith(C_CONTINUES):
+            continue
+        out[i] = body + ";" + (("  " + sep + comment) if sep else "")
+        repairs.append(f"added the missing `;` after `{body.strip()}`")
     return out
 
 

@@ -47,6 +47,11 @@ class RegimeConfig(BaseModel):
         return ablation in self.ablations
 
     @property
+    def retrieves(self) -> bool:
+        """Whether a run may call the retrieval researcher (routed may hand a task to agentic)."""
+        return self.name in ("agentic", "routed") and not self.has("no_retrieval")
+
+    @property
     def spec(self) -> str:
         parts = [self.name, *self.ablations] + (["scaffold"] if self.scaffold else [])
         if self.n is not None:
@@ -84,3 +89,16 @@ def parse_regime(spec: str, **defaults: object) -> RegimeConfig:
         else:
             raise RegimeError(f"unknown ablation {mod!r}: choose from {', '.join(ABLATIONS + ('scaffold', 'no_scaffold'))}")
     return RegimeConfig(name=name, ablations=tuple(ablations), **fields)  # type: ignore[arg-type]
+
+
+def check_runnable(config: RegimeConfig) -> None:
+    """RegimeError when this Python cannot run the regime. Entry points that run regimes call it
+    next to parsing, before they load a model: a missing dependency then costs a second, not the
+    minutes of a model load and a profile (it once did, on the H200). Parsing alone stays free of
+    it, so that a report can be read on a machine that could not run the study."""
+    if config.retrieves:
+        from kernelwright.knowledge.retrieval import missing
+
+        if lacking := missing():
+            raise RegimeError(f"regime {config.spec!r} retrieves from kernelwright's notes, which needs "
+                              f"{' and '.join(lacking)}: pip install {' '.join(lacking)} (or add +no_retrieval)")

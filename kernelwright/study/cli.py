@@ -60,6 +60,7 @@ def run_cmd(
     from kernelwright.llm import BackendError
     from kernelwright.study.progress import StudyProgress
     from kernelwright.study.runner import run_study
+    from kernelwright.strategies import RegimeError
     from kernelwright.study.spec import StudySpecError, load_spec
     from kernelwright.tasks import TaskError
 
@@ -81,7 +82,7 @@ def run_cmd(
 
     try:
         summary = run_study(spec, retry_failed=retry_failed, on_event=display, on_plan=planned)
-    except (StudySpecError, TaskError, BackendError, EvaluatorError) as e:
+    except (StudySpecError, TaskError, BackendError, EvaluatorError, RegimeError) as e:
         fail(str(e))
     finally:
         display.stop()

@@ -347,7 +347,8 @@ def prefetch_scaffold_plans(spec: StudySpec, todo: Sequence[CellJob], tasks: Seq
 def run_study(spec: StudySpec, *, retry_failed: bool = False, on_event: EventFn = lambda e: None,
               on_plan: Callable[[RunSummary], None] = lambda s: None) -> RunSummary:
     """Run what is missing from the study folder. Writes nothing when nothing is missing.
-    Raises BackendError / TaskError / EvaluatorError for unusable input (before any cell runs)."""
+    Raises BackendError / TaskError / EvaluatorError / RegimeError for unusable input (before any
+    cell runs)."""
     from kernelwright.evaluate.evaluator import validate_device
     from kernelwright.evaluate.executors import installed, make_executor
     from kernelwright.llm import make_backend
@@ -356,6 +357,10 @@ def run_study(spec: StudySpec, *, retry_failed: bool = False, on_event: EventFn 
     if spec.executor == "local":  # with Ray the GPUs are on the workers, not necessarily here
         for d in spec.devices:
             validate_device(d, spec.eval.compile_only)
+    from kernelwright.strategies.config import check_runnable, parse_regime
+
+    for regime in spec.regimes:
+        check_runnable(parse_regime(regime))  # before the model loads: a missing library costs a second
     tasks = resolve_tasks(spec.tasks)
     inner = make_backend(spec.model)
     try:

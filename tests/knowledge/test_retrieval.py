@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import re
 from pathlib import Path
 
@@ -259,3 +262,36 @@ def test_a_note_without_front_matter_is_an_error(tmp_path):
     _write(tmp_path, "bad", "# no front matter\n\ntext\n")
     with pytest.raises(R.NoteFormatError):
         R.notes(tmp_path)
+
+
+def test_bm25s_is_imported_without_jax(tmp_path):
+    """bm25s runs a JAX op at import when JAX is installed, and JAX then reserves most of a GPU's
+    memory in this process; the retrieval module keeps JAX out. A stand-in `jax` package that
+    records being imported shows whether bm25s reached it (in a child: bm25s loads once per process)."""
+    fake = tmp_path / "jax"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("import os\nopen(os.environ['KW_JAX_MARK'], 'w').write('imported')\n")
+    (fake / "lax.py").write_text("def top_k(x, k):\n    return x[:k], list(range(k))\n")
+    mark = tmp_path / "mark"
+    code = ("import sys\nfrom kernelwright.knowledge import retrieval\nretrieval.search('shared memory tiling', 2)\n"
+            "print('jax' in sys.modules)\n")
+    env = {**os.environ, "KW_JAX_MARK": str(mark),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "False" and not mark.exists()
+    # the stand-in is importable on that path: without the guard, bm25s would have imported it
+    p = subprocess.run([sys.executable, "-c", "import bm25s"], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0 and mark.exists(), p.stderr
+
+
+def test_missing_names_what_to_install(monkeypatch):
+    from kernelwright.strategies.config import RegimeError, check_runnable, parse_regime
+
+    assert R.missing() == []
+    monkeypatch.setitem(sys.modules, "bm25s", None)
+    assert R.missing() == ["bm25s"]
+    with pytest.raises(RegimeError, match="pip install bm25s"):
+        check_runnable(parse_regime("agentic"))
+    check_runnable(parse_regime("agentic+no_retrieval"))
+    check_runnable(parse_regime("zero_shot"))

@@ -7,6 +7,7 @@ and would leave an attempts.jsonl behind.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -111,3 +112,26 @@ def test_good_file_with_named_class_and_inputs_passes_the_checks(tmp_path):
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert "no recording" in p.stderr
     assert "checked: it imports" in p.stderr
+
+
+def test_retrieval_library_missing_is_one_line_before_anything(tmp_path, empty_model):
+    """The routed regime may retrieve (agentic): without bm25s/PyStemmer it fails at once, naming
+    what to install, instead of after the model load and the profile (as it once did on the H200)."""
+    f = tmp_path / "good.py"
+    f.write_text(GOOD)
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    # a None entry in sys.modules is how Python marks a module as not importable
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['Stemmer'] = None\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    p = subprocess.run([sys.executable, "-m", "kernelwright.cli", "optimize", str(f), "--model", empty_model,
+                        "--device", "cpu", "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                       timeout=300, env=env)
+    line = _one_error_line(p)
+    assert "PyStemmer" in line and "no_retrieval" in line, line
+    assert "checked: it imports" not in p.stderr  # not even the input checks ran
+    # without retrieval the same Python gets past that point
+    p = subprocess.run([sys.executable, "-m", "kernelwright.cli", "optimize", str(f), "--model", empty_model,
+                        "--device", "cpu", "--out", str(tmp_path / "out2"), "--regime", "routed+no_retrieval",
+                        "--rounds", "1", "--iters", "5"], capture_output=True, text=True, timeout=300, env=env)
+    assert "PyStemmer" not in p.stderr and "checked: it imports" in p.stderr, p.stderr

@@ -187,6 +187,35 @@ def test_splicer_on_real_answers(plans) -> None:
     assert "tl.sqrt(2)" not in got[("builtin/L3/01_mlp_block", "triton")].region
 
 
+SUITE_CUDA_ANSWERS = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "scaffold"
+                                 / "h200_suite_cuda_answers.json").read_text())
+
+
+def test_splicer_on_the_suite_compile_errors(plans) -> None:
+    """The CUDA region answers that failed to compile in the H200 whole-suite study: the two
+    mechanical slips among them (a missing `;`, min/max on a float and an int) are repaired; the
+    rest are the model's (lambdas used as values, Python calls in device code) and stay as they are."""
+    got = {a["task_id"]: assemble(write(plans[a["task_id"]], "cuda"), a["raw_response"]) for a in SUITE_CUDA_ANSWERS}
+    assert got["builtin/L3/01_mlp_block"].region == "y = 0.5 * x * (1 + erf(x / sqrt(2)));"
+    assert got["builtin/L2/10_linear_bias_hardswish_clamp"].region == "y = x * fminf(fmaxf(x + 3, 0), 6) / 6;"
+    assert any("missing `;`" in r for r in got["builtin/L3/01_mlp_block"].repairs)
+    # a loop header and its body are left as written; a Python call is not turned into anything
+    assert "for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {" in got["builtin/L1/04_log_softmax"].region
+    assert "self.norm(add);" in got["builtin/L3/08_patch_embed_classifier"].region
+
+
+def test_a_repaired_suite_answer_is_correct_on_the_cpu(plans, fast_cfg) -> None:
+    """The mlp_block answer (exact GELU, its `;` missing) was a compile error on the H200; repaired,
+    the same line in the C++ scaffold builds and matches the reference: the model's math was right."""
+    from kernelwright.evaluate import evaluate
+
+    answer = next(a for a in SUITE_CUDA_ANSWERS if a["task_id"] == "builtin/L3/01_mlp_block")
+    code = assemble(write(plans["builtin/L3/01_mlp_block"], "cpp"), answer["raw_response"]).code
+    result = evaluate(load_task("builtin/L3/01_mlp_block"), code, fast_cfg(time=False))
+    assert result.verdict == Verdict.CORRECT, result.error
+    assert result.custom_kernel
+
+
 @pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
 def test_real_triton_answers_after_the_splicer(plans, fast_cfg) -> None:
     from kernelwright.evaluate import evaluate
