@@ -109,7 +109,20 @@ class Worker:
         import torch
 
         self._seed(seed)
-        raw = self.ref_mod.get_inputs()
+        if self.device.type == "cuda":
+            # Drawn on the GPU itself (torch.manual_seed seeds it too): at benchmark sizes a task's
+            # get_inputs() draws ~1 GiB tensors, ~2 s each on the CPU, and one candidate's checks,
+            # timing and recheck draw 14 sets -- on the H200 that was ~30 of the ~35 s spent per
+            # candidate. A get_inputs() that cannot run there (it goes through NumPy, say) is
+            # drawn on the CPU as before.
+            try:
+                with self.device:
+                    raw = self.ref_mod.get_inputs()
+            except Exception:  # noqa: BLE001 -- the CPU draw below raises whatever is really wrong
+                self._seed(seed)
+                raw = self.ref_mod.get_inputs()
+        else:
+            raw = self.ref_mod.get_inputs()
         return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in raw]
 
     @staticmethod

@@ -77,3 +77,46 @@ def test_gpu_infinite_loop_times_out_and_gpu_still_answers(task, gpu_cfg):
     assert r.verdict == Verdict.TIMEOUT
     assert r.gpu_healthy is True
     assert run(task, "correct_cuda.py", gpu_cfg(time=False)).verdict == Verdict.CORRECT
+
+
+INPUTS_ON = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    x = torch.randn(64, 256)
+    @CHECK@
+    return [x]
+
+
+def get_init_inputs():
+    return []
+'''
+TORCH_ONLY = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.clamp(x, min=0)
+'''
+
+
+@pytest.mark.parametrize("check", [
+    # drawn on the GPU: the CPU draw and copy cost ~2 s per 1 GiB input at benchmark sizes
+    "assert x.is_cuda, 'get_inputs() ran on the CPU'",
+    # a get_inputs() that only works on the CPU still gets its inputs (drawn there, then copied)
+    "x = torch.from_numpy(x.numpy())",
+])
+def test_inputs_are_drawn_on_the_gpu_when_they_can_be(tmp_path, gpu_cfg, check):
+    f = tmp_path / "task.py"
+    f.write_text(INPUTS_ON.replace("@CHECK@", check))
+    r = evaluate(load_task(str(f)), TORCH_ONLY, gpu_cfg())
+    assert r.verdict == Verdict.NO_CUSTOM_KERNEL, (r.verdict, r.error)
