@@ -92,7 +92,7 @@ def run_simple(cands: list[Candidate], cfg: EvalConfig, log, on_each=None) -> Ru
 
 
 def stage_times(result) -> str:
-    """Where a candidate's time went, e.g. `prebuild 52.1 build 0.3 check 4.2 time 3.0`."""
+    """Where a candidate's time went, e.g. `prebuild 52.1 setup 0.9 correctness 2.3 timing 2.9`."""
     return " ".join(f"{st.name} {st.seconds:.1f}" for st in result.stages if st.seconds >= 0.05)
 
 
@@ -163,12 +163,13 @@ def markdown(args, cands, simple: Run, pool: Run, stats, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def save_run(path: Path, run: Run, cands: list[Candidate], command: str, seconds: list[float] | None = None) -> None:
+def save_run(path: Path, run: Run, cands: list[Candidate], command: str, seconds: list[float] | None = None,
+             host: str | None = None) -> None:
     """A pass (or the part of the simple pass run so far) as JSON, for --merge and for continuing:
     the simple way on the H200 is ~40 min, more than one sitting of device time."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"mode": run.mode, "files": [c.file for c in cands], "verdicts": run.verdicts,
-            "wall_s": run.wall_s, "machine": machine(), "command": command}
+            "wall_s": run.wall_s, "machine": host or machine(), "command": command}
     if seconds is not None:
         data["seconds"] = seconds
     tmp = path.with_suffix(".tmp")
@@ -182,12 +183,18 @@ def simple_resumed(path: Path, cands: list[Candidate], cfg: EvalConfig, command:
     files: list[str] = []
     verdicts: list[str] = []
     seconds: list[float] = []
+    host = machine()
     if path.is_file():
         data = json.loads(path.read_text())
         if data["mode"] != "simple":
             raise SystemExit(f"{path}: holds a {data['mode']} pass, not the simple one")
         files, verdicts = list(data["files"]), list(data["verdicts"])
         seconds = list(data.get("seconds") or [])
+        # sittings may land on different hosts of one kind: the record names every one of them
+        if host not in data["machine"].split(" | "):
+            host = f"{data['machine']} | {host}"
+        else:
+            host = data["machine"]
         log(f"continuing {path}: {len(files)} candidates done, {sum(seconds):.1f} s")
     by_name = {c.file: c for c in cands}
     todo = [c for c in cands if c.file not in set(files)]
@@ -196,7 +203,7 @@ def simple_resumed(path: Path, cands: list[Candidate], cfg: EvalConfig, command:
         files.append(file)
         verdicts.append(verdict)
         seconds.append(took)
-        save_run(path, Run("simple", verdicts, sum(seconds)), [by_name[f] for f in files], command, seconds)
+        save_run(path, Run("simple", verdicts, sum(seconds)), [by_name[f] for f in files], command, seconds, host)
 
     run_simple(todo, cfg, log, on_each=save_one)
     return Run("simple", verdicts, sum(seconds))

@@ -11,7 +11,6 @@ whose message is a single line naming the task and the stage.
 from __future__ import annotations
 
 import logging
-import random
 import time
 import types
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from kernelwright.childproc import ChildTimeout, one_line, run_json_child
+from kernelwright.evaluate.draw import draw_inputs, seed_all
 from kernelwright.evaluate.evaluator import resolve_size
 from kernelwright.records import Task
 
@@ -106,14 +106,12 @@ def analyze_job(job: AnalysisJob) -> TaskAnalysis:
             raise StageError("load", f"the task source defines no {name}")
 
     def seeded(fn: Any) -> Any:
-        random.seed(job.seed)
-        torch.manual_seed(job.seed)
+        seed_all(job.seed)
         return fn()
 
     init_inputs = _stage("init", "get_init_inputs()", seeded, module.get_init_inputs)
     model = _stage("init", "Model(*get_init_inputs())", seeded, lambda: module.Model(*init_inputs).to(dev))
-    raw = _stage("inputs", "get_inputs()", seeded, module.get_inputs)
-    inputs = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in raw]
+    inputs = _stage("inputs", "get_inputs()", draw_inputs, module.get_inputs, job.seed, dev)
     with torch.no_grad():
         _stage("forward", "Model.forward", model, *inputs)
     graph = _stage("graph", "building the op graph", build_graph, model, inputs)

@@ -23,7 +23,6 @@ import ctypes
 import importlib.util
 import json
 import os
-import random
 import sys
 import time
 import traceback
@@ -94,36 +93,10 @@ class Worker:
         return module
 
     def _seed(self, seed: int) -> None:
-        import torch
-
-        random.seed(seed)
-        torch.manual_seed(seed)
-        try:
-            import numpy as np
-
-            np.random.seed(seed % 2**32)
-        except ImportError:
-            pass
+        self.draw.seed_all(seed)
 
     def _inputs(self, seed: int) -> list[Any]:
-        import torch
-
-        self._seed(seed)
-        if self.device.type == "cuda":
-            # Drawn on the GPU itself (torch.manual_seed seeds it too): at benchmark sizes a task's
-            # get_inputs() draws ~1 GiB tensors, ~2 s each on the CPU, and one candidate's checks,
-            # timing and recheck draw 14 sets -- on the H200 that was ~30 of the ~35 s spent per
-            # candidate. A get_inputs() that cannot run there (it goes through NumPy, say) is
-            # drawn on the CPU as before.
-            try:
-                with self.device:
-                    raw = self.ref_mod.get_inputs()
-            except Exception:  # noqa: BLE001 -- the CPU draw below raises whatever is really wrong
-                self._seed(seed)
-                raw = self.ref_mod.get_inputs()
-        else:
-            raw = self.ref_mod.get_inputs()
-        return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in raw]
+        return self.draw.draw_inputs(self.ref_mod.get_inputs, seed, self.device)
 
     @staticmethod
     def _clone(inputs: list[Any]) -> list[Any]:
@@ -152,9 +125,10 @@ class Worker:
         with self.stage("setup"):
             import torch
 
-            from kernelwright.evaluate import compare, device_lock, instrument, timing
+            from kernelwright.evaluate import compare, device_lock, draw, instrument, timing
 
             self.torch, self.compare, self.instrument, self.timing = torch, compare, instrument, timing
+            self.draw = draw
             self.device = torch.device(job["device"])
             # fp32 means fp32: TF32 off for matmul and cuDNN, for the reference and the candidate alike.
             torch.backends.cuda.matmul.allow_tf32 = False

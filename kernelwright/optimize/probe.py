@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import os
-import random
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from kernelwright.childproc import child_main, one_line
+from kernelwright.evaluate.draw import draw_inputs, seed_all
 
 
 class ProbeJob(BaseModel):
@@ -44,13 +44,6 @@ class _Fail(Exception):
     def __init__(self, stage: str, message: str):
         super().__init__(message)
         self.stage, self.message = stage, message
-
-
-def _seed(seed: int) -> None:
-    import torch
-
-    random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def _import(job: ProbeJob) -> types.ModuleType:
@@ -79,12 +72,12 @@ def _build(job: ProbeJob, module: types.ModuleType) -> tuple[Any, list[Any], Any
 
     dev = torch.device(job.device)
     try:
-        _seed(job.seed)
+        seed_all(job.seed)
         init = list(module.get_init_inputs())
     except Exception as e:
         raise _Fail("inputs", f"get_init_inputs() raised {one_line(e)}") from e
     try:
-        _seed(job.seed)
+        seed_all(job.seed)
         with torch.no_grad():
             model = module.Model(*copy.deepcopy(init)).to(dev)
     except Exception as e:
@@ -93,14 +86,8 @@ def _build(job: ProbeJob, module: types.ModuleType) -> tuple[Any, list[Any], Any
 
 
 def _inputs(job: ProbeJob, module: types.ModuleType, seed: int, dev: Any) -> list[Any]:
-    import torch
-
     try:
-        _seed(seed)
-        raw = module.get_inputs()
-        if not isinstance(raw, (list, tuple)):
-            raise TypeError(f"it returned a {type(raw).__name__}, not a list of inputs")
-        return [x.to(dev) if isinstance(x, torch.Tensor) else x for x in raw]
+        return draw_inputs(module.get_inputs, seed, dev)
     except Exception as e:
         raise _Fail("inputs", f"get_inputs() raised {one_line(e)}") from e
 

@@ -8,11 +8,11 @@ from kernelwright.childproc import child_main, one_line
 
 
 def handle(text: str) -> dict:
-    import random
     import types
 
     import torch
 
+    from kernelwright.evaluate.draw import draw_inputs, seed_all
     from kernelwright.scaffold.planner_job import PlanJob
     from kernelwright.scaffold.plan import plan
 
@@ -23,13 +23,10 @@ def handle(text: str) -> dict:
         missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(module, n)]
         if missing:
             return {"ok": False, "stage": "load", "error": f"the task source defines no {missing[0]}"}
-        random.seed(job.seed)
-        torch.manual_seed(job.seed)
+        seed_all(job.seed)
         device = torch.device(job.device if job.device == "cpu" or torch.cuda.is_available() else "cpu")
         model = module.Model(*module.get_init_inputs()).to(device)
-        random.seed(job.seed)
-        torch.manual_seed(job.seed)
-        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
+        inputs = draw_inputs(module.get_inputs, job.seed, device)
     except Exception as e:  # the task's own code failed: one line for the caller
         return {"ok": False, "stage": "load", "error": one_line(e)}
     result = plan(job.task_id, module, model, inputs, job.source)

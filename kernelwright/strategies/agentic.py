@@ -57,7 +57,7 @@ def run(ctx: RunContext) -> None:
         answer = ctx.ask("analyzer", prompts.render("analyzer", **vars_, graph_lines=ctx.analysis().graph_lines()), turn=0)
         analysis_text, queries = split_queries(answer)
     brief = None
-    if not c.has("no_retrieval"):
+    if c.retrieves:
         from kernelwright.knowledge.retrieval import brief as retrieve
 
         found = retrieve(queries or fallback_queries(ctx))

@@ -48,7 +48,8 @@ class RegimeConfig(BaseModel):
 
     @property
     def retrieves(self) -> bool:
-        """Whether a run may call the retrieval researcher (routed may hand a task to agentic)."""
+        """Whether a run may call the retrieval researcher (routed may hand a task to agentic):
+        what agentic asks before retrieving, and what check_runnable checks for."""
         return self.name in ("agentic", "routed") and not self.has("no_retrieval")
 
     @property
