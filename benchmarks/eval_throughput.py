@@ -141,19 +141,23 @@ def machine() -> str:
     return f"{available_cores()} cores ({cpu}), GPU: {gpu}, torch {torch.__version__}, Python {platform.python_version()}"
 
 
-def markdown(args, cands, simple: Run, pool: Run, stats, command: str) -> str:
+def markdown(args, cands, simple: Run, pool: Run, stats, command: str, notes: list[str] | None = None,
+             host: str | None = None) -> str:
     n = len(cands)
     ratio = pool.per_minute(n) / simple.per_minute(n)
     same = sum(a == b for a, b in zip(simple.verdicts, pool.verdicts, strict=True))
     lines = [
         f"# Evaluation throughput: set `{args.set}`, device `{args.device}`", "",
-        f"Run {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} on {machine()}.", "",
+        # a merged table is written where the passes were copied to, not where they ran
+        (f"Pool pass run on {host}." if notes else
+         f"Run {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} on {machine()}."), "",
         "```", command, "```", "",
         "| mode | candidates | wall time (s) | candidates / minute |", "|---|---:|---:|---:|",
         f"| simple: one at a time, fresh process and empty build cache each | {n} | {simple.wall_s:.1f} | {simple.per_minute(n):.2f} |",
         f"| kernelwright pool | {n} | {pool.wall_s:.1f} | {pool.per_minute(n):.2f} |", "",
         f"**Ratio (pool / simple): {ratio:.2f}x.** Verdicts identical: {same}/{n}.", "",
         f"Pool: {stats}.", "",
+        *([f"Merged from saved passes: {'; '.join(notes)}.", ""] if notes else []),
         "| candidate | what it is | expected | simple | pool |", "|---|---|---|---|---|",
     ]
     for c, a, b in zip(cands, simple.verdicts, pool.verdicts, strict=True):
@@ -164,7 +168,7 @@ def markdown(args, cands, simple: Run, pool: Run, stats, command: str) -> str:
 
 
 def save_run(path: Path, run: Run, cands: list[Candidate], command: str, seconds: list[float] | None = None,
-             host: str | None = None) -> None:
+             host: str | None = None, stats: object = None) -> None:
     """A pass (or the part of the simple pass run so far) as JSON, for --merge and for continuing:
     the simple way on the H200 is ~40 min, more than one sitting of device time."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -172,6 +176,8 @@ def save_run(path: Path, run: Run, cands: list[Candidate], command: str, seconds
             "wall_s": run.wall_s, "machine": host or machine(), "command": command}
     if seconds is not None:
         data["seconds"] = seconds
+    if stats is not None:
+        data["pool"] = str(stats)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     tmp.replace(path)  # a pass killed mid-write keeps its previous save
@@ -209,15 +215,18 @@ def simple_resumed(path: Path, cands: list[Candidate], cfg: EvalConfig, command:
     return Run("simple", verdicts, sum(seconds))
 
 
-def merge_runs(paths: list[Path], cands: list[Candidate]) -> tuple[Run, Run, list[str]]:
+def merge_runs(paths: list[Path], cands: list[Candidate]) -> tuple[Run, Run, str, list[str], str]:
     """The simple pass from its parts (wall times add up: it is one-at-a-time by definition) and
     the pool pass (whole: its point is running the set at once)."""
     by_file: dict[str, dict[str, str]] = {"simple": {}, "pool": {}}
     wall = {"simple": 0.0, "pool": 0.0}
     notes = []
+    stats, host = "not recorded", "unknown"
     for path in paths:
         data = json.loads(path.read_text())
         mode = data["mode"]
+        if mode == "pool":
+            stats, host = data.get("pool", stats), data["machine"]
         if mode == "pool" and by_file["pool"]:
             raise SystemExit(f"{path}: a second pool pass; the pool pass is run whole")
         for f, v in zip(data["files"], data["verdicts"], strict=True):
@@ -232,7 +241,7 @@ def merge_runs(paths: list[Path], cands: list[Candidate]) -> tuple[Run, Run, lis
         if missing:
             raise SystemExit(f"the {mode} pass lacks {len(missing)} candidate(s), e.g. {missing[0]}")
         runs.append(Run(mode, [by_file[mode][c.file] for c in cands], wall[mode]))
-    return runs[0], runs[1], notes
+    return runs[0], runs[1], stats, notes, host
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,16 +256,22 @@ def main(argv: list[str] | None = None) -> int:
                     help="run one pass only (with --save), e.g. when both do not fit one sitting")
     ap.add_argument("--save", type=Path, help="write the pass's verdicts and times as JSON (for --merge); "
                     "the simple pass saves after every candidate and continues an existing file")
+    ap.add_argument("--part", default="1/1", metavar="K/N",
+                    help="simple pass only: every N-th candidate from the K-th (parts are saved apart and merged; "
+                    "their times add up, so parts may run side by side on a machine with cores and a GPU to spare)")
     ap.add_argument("--merge", type=Path, nargs="+", help="build the table from saved passes instead of running")
     args = ap.parse_args(argv)
 
     cands = load_set(args.set)
     if args.limit:
         cands = cands[: args.limit]
+    part, parts = parse_part(args.part)
+    if parts > 1 and args.which != "simple":
+        ap.error("--part is for --pass simple (the pool pass is run whole)")
     command = shlex.join([".venv/bin/python", "benchmarks/eval_throughput.py", *(argv if argv is not None else sys.argv[1:])])
     if args.merge:
-        simple, pool, notes = merge_runs(args.merge, cands)
-        return report(args, cands, simple, pool, "merged: " + "; ".join(notes), command)
+        simple, pool, stats, notes, host = merge_runs(args.merge, cands)
+        return report(args, cands, simple, pool, stats, command, notes, host)
 
     cfg = EvalConfig(device=args.device, timeout=args.timeout)
     pool_cfg = PoolConfig(devices=[cfg.device if ":" in cfg.device or cfg.device == "cpu" else "cuda:0"],
@@ -269,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
 
     log(f"{len(cands)} candidates from benchmarks/candidates/{args.set}, device {cfg.device}")
     if args.which == "simple":
+        cands = cands[part - 1 :: parts]
+        if parts > 1:
+            log(f"part {part}/{parts}: {len(cands)} candidates")
         if args.save:
             run = simple_resumed(args.save, cands, cfg, command, log)
             log(f"simple: {len(run.verdicts)}/{len(cands)} candidates, {run.wall_s:.1f} s, saved in {args.save}")
@@ -279,14 +297,25 @@ def main(argv: list[str] | None = None) -> int:
         run, stats = run_pool(cands, cfg, pool_cfg, log)
         log(f"pool: {run.wall_s:.1f} s ({stats})")
         if args.save:
-            save_run(args.save, run, cands, command)
+            save_run(args.save, run, cands, command, stats=stats)
         return 0
     simple = run_simple(cands, cfg, log)
     pool, stats = run_pool(cands, cfg, pool_cfg, log)
     return report(args, cands, simple, pool, stats, command)
 
 
-def report(args, cands: list[Candidate], simple: Run, pool: Run, stats, command: str) -> int:
+def parse_part(text: str) -> tuple[int, int]:
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--part {text}: expected K/N, e.g. 2/3") from None
+    if not 1 <= k <= n:
+        raise SystemExit(f"--part {text}: K must be between 1 and N")
+    return k, n
+
+
+def report(args, cands: list[Candidate], simple: Run, pool: Run, stats, command: str,
+           notes: list[str] | None = None, host: str | None = None) -> int:
     n = len(cands)
     differ = [c.file for c, a, b in zip(cands, simple.verdicts, pool.verdicts, strict=True) if a != b]
     print(f"\nsimple: {simple.wall_s:.1f} s, {simple.per_minute(n):.2f} candidates/min")
@@ -296,7 +325,7 @@ def report(args, cands: list[Candidate], simple: Run, pool: Run, stats, command:
     if args.out:
         # run from the repository root
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(markdown(args, cands, simple, pool, stats, command))
+        args.out.write_text(markdown(args, cands, simple, pool, stats, command, notes, host))
         print(f"wrote {args.out}")
     return 1 if differ else 0
 

@@ -34,12 +34,18 @@ pool)  # the throughput benchmark's pool pass, detached, on a quiet machine (not
   PYTHONPATH=/tmp/site:/tmp/kwb setsid nohup python3 benchmarks/eval_throughput.py --set gpu --device cuda \
     --pass pool --save /tmp/kwout/pool.json > /tmp/kwout/pool.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
-simple)  # its simple pass, detached; saved after every candidate, continued from simple.json if present
-  [ -n "${2:-}" ] && cp "$2" /tmp/kwout/simple.json  # a save carried from an earlier sitting
+copy)  # the checkout as it is now, for detached jobs (start does this itself)
+  rm -rf /tmp/kwb && mkdir -p /tmp/kwb && cp -a kernelwright benchmarks scripts tests examples pyproject.toml /tmp/kwb/
+  echo copied ;;
+simple)  # its simple pass, detached; saved after every candidate, continued from its save if present.
+  # `simple K/N` runs part K of N (saved in simple-K.json); parts may run side by side (times add up).
+  part=${2:-1/1}; k=${part%/*}
   cd /tmp/kwb
   PYTHONPATH=/tmp/site:/tmp/kwb setsid nohup python3 benchmarks/eval_throughput.py --set gpu --device cuda \
-    --pass simple --save /tmp/kwout/simple.json >> /tmp/kwout/simple.log 2>&1 < /dev/null &
+    --pass simple --part "$part" --save /tmp/kwout/simple-$k.json >> /tmp/kwout/simple-$k.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
+gputests)  # the GPU-marked tests, in the foreground (pytest and pytest-timeout come from the carried wheels)
+  python3 -m pytest -q -m gpu -p no:cacheprovider "${@:2}" ;;
 collect)
   tar czf "$OUT/h200-runs.tgz" -C /tmp st kwout --exclude='*.gguf' 2>/dev/null; ls -la "$OUT" ;;
 esac
