@@ -247,7 +247,7 @@ def merge_runs(paths: list[Path], cands: list[Candidate]) -> tuple[Run, Run, str
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", choices=["cpu", "gpu"], default="cpu")
-    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--device", help="cpu (default), cuda or cuda:N; with --merge, the pool pass's own")
     ap.add_argument("--out", type=Path, help="write the markdown table here")
     ap.add_argument("--compile-workers", type=int, default=0, help="pool compile slots (0: the pool's default)")
     ap.add_argument("--timeout", type=float, default=240.0)
@@ -271,8 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join([".venv/bin/python", "benchmarks/eval_throughput.py", *(argv if argv is not None else sys.argv[1:])])
     if args.merge:
         simple, pool, stats, notes, host = merge_runs(args.merge, cands)
+        args.device = args.device or pass_device(args.merge)
         return report(args, cands, simple, pool, stats, command, notes, host)
 
+    args.device = args.device or "cpu"
     cfg = EvalConfig(device=args.device, timeout=args.timeout)
     pool_cfg = PoolConfig(devices=[cfg.device if ":" in cfg.device or cfg.device == "cpu" else "cuda:0"],
                           compile_workers=args.compile_workers)
@@ -302,6 +304,16 @@ def main(argv: list[str] | None = None) -> int:
     simple = run_simple(cands, cfg, log)
     pool, stats = run_pool(cands, cfg, pool_cfg, log)
     return report(args, cands, simple, pool, stats, command)
+
+
+def pass_device(paths: list[Path]) -> str:
+    """The device a saved pool pass ran on, from the command it records."""
+    for path in paths:
+        data = json.loads(path.read_text())
+        if data["mode"] == "pool":
+            words = shlex.split(data["command"])
+            return words[words.index("--device") + 1] if "--device" in words else "cpu"
+    return "cpu"
 
 
 def parse_part(text: str) -> tuple[int, int]:
