@@ -94,3 +94,17 @@ def record_invocation(folder: Path, spec: dict[str, Any], configs: dict[str, dic
                                  commit=git.get("commit")))
     write_json_atomic(folder / MANIFEST, manifest.model_dump(mode="json"))
     return manifest
+
+
+def finish_invocation(folder: Path, started: str, ended: str, done: int | None = None,
+                      failed: int | None = None) -> None:
+    """Mark the invocation that began at `started` as ended, so a folder says how long a run took and
+    whether it finished (a killed process leaves `finished` empty: that is the record of it)."""
+    manifest = read_manifest(folder)
+    if manifest is None:
+        return
+    for run in reversed(manifest.runs):
+        if run.started == started and run.finished is None:
+            run.finished, run.ended, run.done, run.failed = now_iso(), ended, done, failed
+            write_json_atomic(folder / MANIFEST, manifest.model_dump(mode="json"))
+            return

@@ -56,6 +56,11 @@ class RunInfo(BaseModel):
     kind: str = "run"  # run | import
     versions: dict[str, str] = Field(default_factory=dict)
     commit: str | None = None
+    # filled when the invocation ends (absent: it is still running, or its process was killed)
+    finished: str | None = None  # ISO 8601, UTC
+    ended: str | None = None  # "completed", "stopped: <why>", "interrupted" or "error: <type>"
+    done: int | None = None  # cells finished by this invocation
+    failed: int | None = None  # cells whose regime raised
 
 
 class Manifest(BaseModel):

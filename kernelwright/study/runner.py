@@ -352,7 +352,7 @@ def run_study(spec: StudySpec, *, retry_failed: bool = False, on_event: EventFn 
     from kernelwright.evaluate.evaluator import validate_device
     from kernelwright.evaluate.executors import installed, make_executor
     from kernelwright.llm import make_backend
-    from kernelwright.study.manifest import record_invocation
+    from kernelwright.study.manifest import finish_invocation, record_invocation
 
     if spec.executor == "local":  # with Ray the GPUs are on the workers, not necessarily here
         for d in spec.devices:
@@ -373,12 +373,21 @@ def run_study(spec: StudySpec, *, retry_failed: bool = False, on_event: EventFn 
         on_plan(summary)
         if not todo:
             return summary
-        record_invocation(spec.out, spec.model_dump(mode="json"), config_records(spec, inner.model), spec.devices,
-                          pending=len(todo))
-        prefetch_scaffold_plans(spec, todo, tasks)
-        # Every evaluate() the strategies make goes through the executor while the cells run.
-        with installed(make_executor(spec.executor, spec.devices)):
-            return run_jobs(todo, spec.out, slots, spec.concurrency, on_event, summary)
+        invocation = record_invocation(spec.out, spec.model_dump(mode="json"), config_records(spec, inner.model),
+                                       spec.devices, pending=len(todo)).runs[-1]
+        ended = "interrupted"
+        try:
+            prefetch_scaffold_plans(spec, todo, tasks)
+            # Every evaluate() the strategies make goes through the executor while the cells run.
+            with installed(make_executor(spec.executor, spec.devices)):
+                summary = run_jobs(todo, spec.out, slots, spec.concurrency, on_event, summary)
+            ended = f"stopped: {summary.stopped}" if summary.stopped else "completed"
+            return summary
+        except Exception as e:
+            ended = f"error: {type(e).__name__}"
+            raise
+        finally:  # KeyboardInterrupt and the like leave ended at "interrupted"
+            finish_invocation(spec.out, invocation.started, ended, summary.done, summary.failed)
     finally:
         close = getattr(inner, "close", None)
         if close is not None:

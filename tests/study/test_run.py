@@ -67,6 +67,8 @@ def test_one_command_runs_the_matrix(finished):
         assert all(a.raw_response and a.messages and a.eval.stages for a in got)
     manifest = (finished / MANIFEST).read_text()
     assert '"torch"' in manifest and '"configs"' in manifest and '"started"' in manifest
+    [run] = read_study(finished).manifests[0].runs  # how the invocation ended, and when
+    assert run.ended == "completed" and run.finished >= run.started and run.done == 6 and run.failed == 0
     # the task facts the guided prompts used are kept with the study, for the report's roofline
     assert sorted(p.name for p in (finished / "facts").iterdir()) == sorted(
         t.replace("/", "__") + ".json" for t in plan.TASKS)
@@ -100,6 +102,9 @@ def test_killed_and_resumed_equals_uninterrupted(finished, tmp_path, replay, bui
     r = CliRunner().invoke(app, study_args(out, replay, build_cache))
     assert r.exit_code == 0, r.output
     assert f"{written} already done, {6 - written} run now" in r.output.replace("\n", " ")
+    killed, resumed = read_study(out).manifests[0].runs
+    assert killed.finished is None and killed.ended is None  # the record of a kill: no end
+    assert resumed.ended == "completed" and resumed.done == 6 - written
     assert comparable(out) == comparable(finished)
     # every attempt line of the resumed folder is either read once or belongs to a killed cell
     data = read_study(out)
