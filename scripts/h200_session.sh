@@ -1,5 +1,5 @@
 # The H200 runs of docs/results/*-h200*.md, as run through the device tool (see scripts/device_env.sh).
-# Usage on the device, from the checkout: `bash scripts/h200_session.sh start|poll|collect`.
+# Usage on the device, from the checkout: `bash scripts/h200_session.sh place|start|copy|pool|simple K/N|gputests FILES|poll S|collect`.
 # Long jobs run detached from a copy (/tmp/kwb) so that a later call's fresh checkout cannot change
 # them; each writes its log under /tmp/kwout.
 set -u
