@@ -19,6 +19,7 @@ broadcast against the main input's shape.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Optional
 
 from .types import BEGIN, END, KernelArg, Scaffold, ScaffoldPlan, Segment, SegmentKind
@@ -30,15 +31,35 @@ PY_DTYPES = {"float32": "torch.float32", "float16": "torch.float16", "bfloat16":
 ROW_THREADS = 256
 ELEMENTWISE_THREADS = 256
 TRITON_BLOCK = 1024
-# The math a region may call, per target: small models reach for helpers that do not exist.
-MATH = {
-    "cuda": "float math: expf, logf, log1pf, sqrtf, rsqrtf, tanhf, erff, fmaxf, fminf, fabsf, powf "
-            "(there are no relu/sigmoid/gelu functions in device code)",
-    "cpp": "float math from <cmath>: std::exp, std::log, std::log1p, std::sqrt, std::tanh, std::erf, "
-           "std::fmax, std::fmin, std::fabs, std::pow (there are no relu/sigmoid/gelu functions)",
-    "triton": "tl has exp, log, sqrt, rsqrt, sigmoid, erf, abs, maximum, minimum, where, sum, max, min, cumsum "
-              "(sum/max/min/cumsum with axis=0); there is no tl.tanh: use 2 * tl.sigmoid(2 * v) - 1",
+# The math a region may call. C targets: only the functions the region's own lines and definitions
+# name (a word -> (C++ name, CUDA name)). Listing all of them made the 1.5B model call them one after
+# another in 11 of 27 regions (docs/results/scaffold-math-line-cpu.md); the list of what is needed
+# did that in none. Triton keeps its whole line: what tl lacks matters more than what it has.
+C_MATH = {
+    "exp": ("std::exp", "expf"), "log": ("std::log", "logf"), "log1p": ("std::log1p", "log1pf"),
+    "sqrt": ("std::sqrt", "sqrtf"), "rsqrt": ("std::sqrt", "rsqrtf"), "tanh": ("std::tanh", "tanhf"),
+    "erf": ("std::erf", "erff"), "max": ("std::fmax", "fmaxf"), "min": ("std::fmin", "fminf"),
+    "clamp": ("std::fmin, std::fmax", "fminf, fmaxf"), "abs": ("std::fabs", "fabsf"), "pow": ("std::pow", "powf"),
 }
+NO_HELPERS = "there are no relu/sigmoid/gelu functions"
+TRITON_MATH = ("tl has exp, log, sqrt, rsqrt, sigmoid, erf, abs, maximum, minimum, where, sum, max, min, cumsum "
+               "(sum/max/min/cumsum with axis=0); there is no tl.tanh: use 2 * tl.sigmoid(2 * v) - 1")
+
+
+def math_line(target: str, seg: Segment) -> str:
+    """The prompt's line on the math functions the region may call."""
+    if target == "triton":
+        return TRITON_MATH
+    text = "\n".join(seg.torch_lines + seg.op_notes)
+    words = set(re.findall(r"[a-z0-9_]+", text.lower())) | ({"abs"} if "|" in text else set())
+    names: list[str] = []
+    for word, spellings in C_MATH.items():
+        if word in words:
+            names += [n for n in spellings[0 if target == "cpp" else 1].split(", ") if n not in names]
+    if not names:
+        return f"no math function is needed here ({NO_HELPERS})"
+    return f"the math functions these lines need: {', '.join(names)} ({NO_HELPERS})"
+
 
 BCAST_HELPER = '''
 def _kw_bcast(t, shape):
@@ -128,7 +149,7 @@ def _variables(seg: Segment, target: str) -> list[str]:
             lines.append(f"`{a.name}` ({'float' if c_like else 'float32'}): {what} {a.describe}")
         lines.append("`y` (already set to x): assign the result to it" if c_like else
                      "`y` (already set to x): assign the result block to it")
-        return lines + [MATH[target]]
+        return lines + [math_line(target, seg)]
     rows_word = f"a row is the last {seg.row_dims} dims of x, {seg.cols} values" if seg.row_dims > 1 \
         else f"a row is the last dim of x, {seg.cols} values"
     lines.append(f"{rows_word}; `row` is this program's row, `cols` its length")
@@ -152,7 +173,7 @@ def _variables(seg: Segment, target: str) -> list[str]:
         lines.append({"cuda": "write `y[j]` for every column j of the row",
                       "cpp": "write `y[j]` for every column j of the row",
                       "triton": "assign the row's result block (BLOCK values) to `y`"}[target])
-    return lines + [MATH[target]]
+    return lines + [math_line(target, seg)]
 
 
 def _scaffold(plan: ScaffoldPlan, seg: Segment, target: str, program: str, kernel_view: str, indent: str,

@@ -28,7 +28,8 @@ TRANSCRIPT, FACTS = RECORDED / "mlp_block.jsonl", RECORDED / "mlp_block.facts.js
 # The settings of the recorded run (see docs/results/optimize-cpu.md for the command): the decoding
 # budget is part of every request, so it must match for the replay to find its answers. Recorded both
 # with --scaffold (the embedded model's default; a record:/replay: spec needs it said) and without:
-# the scaffolded answer was wrong, the whole-program one correct, so the two cover both endings.
+# the scaffolded answer is a correct custom kernel (0.81x eager), the whole-program one correct PyTorch
+# without custom code: both are kept, through the two kinds of "correct" the ranking tells apart.
 RECORDED_ARGS = ["--rounds", "1", "--iters", "20", "--max-tokens", "768", "--device", "cpu"]
 
 pytestmark = pytest.mark.skipif(not TRANSCRIPT.is_file(), reason="no recorded optimize transcript")

@@ -242,3 +242,15 @@ def test_a_task_that_fails_to_plan_gets_a_plan_that_says_why_once(tmp_path) -> N
     first = plan_task(task)
     assert not first.available and "ValueError: boom at init" in first.reason
     assert plan_task(task) is first  # cached: every cell of a study would fail the same way
+
+
+def test_the_math_line_names_only_what_the_region_needs(plans) -> None:
+    # listing every function made the small model call them in a row (docs/results/scaffold-math-line-cpu.md)
+    gelu, bias, hardswish = (plans[f"builtin/{t}"] for t in ("L2/01_linear_gelu_scale", "L1/02_bias_add",
+                                                            "L2/10_linear_bias_hardswish_clamp"))
+    line = write(gelu, "cpp").variables[-1]
+    assert "std::erf" in line and "std::sqrt" in line and "std::log1p" not in line and "std::pow" not in line
+    assert "erff" in write(gelu, "cuda").variables[-1] and "std::" not in write(gelu, "cuda").variables[-1]
+    assert write(bias, "cpp").variables[-1].startswith("no math function is needed")
+    assert {"fmaxf", "fminf"} <= set(re.findall(r"\w+", write(hardswish, "cuda").variables[-1]))
+    assert "there is no tl.tanh" in write(gelu, "triton").variables[-1]  # Triton's line is whole
