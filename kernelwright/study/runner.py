@@ -387,7 +387,10 @@ def run_study(spec: StudySpec, *, retry_failed: bool = False, on_event: EventFn 
             ended = f"error: {type(e).__name__}"
             raise
         finally:  # KeyboardInterrupt and the like leave ended at "interrupted"
-            finish_invocation(spec.out, invocation.started, ended, summary.done, summary.failed)
+            try:
+                finish_invocation(spec.out, invocation.started, ended, summary.done, summary.failed)
+            except OSError as e:  # a full disk: the run's own error (or result) matters more than this note
+                log.warning("%s: could not record how the run ended: %s", spec.out, e)
     finally:
         close = getattr(inner, "close", None)
         if close is not None:
