@@ -215,17 +215,30 @@ def simple_resumed(path: Path, cands: list[Candidate], cfg: EvalConfig, command:
     return Run("simple", verdicts, sum(seconds))
 
 
-def merge_runs(paths: list[Path], cands: list[Candidate]) -> tuple[Run, Run, str, list[str], str]:
+@dataclass
+class Merged:
+    """Saved passes put together: the two runs, and what the pool pass's save says of itself."""
+    simple: Run
+    pool: Run
+    stats: str  # the pool's counters
+    host: str  # where the pool pass ran
+    device: str  # the --device it ran with
+    notes: list[str]  # one line per save
+
+
+def merge_runs(paths: list[Path], cands: list[Candidate]) -> Merged:
     """The simple pass from its parts (wall times add up: it is one-at-a-time by definition) and
     the pool pass (whole: its point is running the set at once)."""
     by_file: dict[str, dict[str, str]] = {"simple": {}, "pool": {}}
     wall = {"simple": 0.0, "pool": 0.0}
     notes = []
-    stats, host = "not recorded", "unknown"
+    stats, host, device = "not recorded", "unknown", "cpu"
     for path in paths:
         data = json.loads(path.read_text())
         mode = data["mode"]
         if mode == "pool":
+            words = shlex.split(data["command"])
+            device = words[words.index("--device") + 1] if "--device" in words else device
             stats, host = data.get("pool", stats), data["machine"]
         if mode == "pool" and by_file["pool"]:
             raise SystemExit(f"{path}: a second pool pass; the pool pass is run whole")
@@ -241,7 +254,7 @@ def merge_runs(paths: list[Path], cands: list[Candidate]) -> tuple[Run, Run, str
         if missing:
             raise SystemExit(f"the {mode} pass lacks {len(missing)} candidate(s), e.g. {missing[0]}")
         runs.append(Run(mode, [by_file[mode][c.file] for c in cands], wall[mode]))
-    return runs[0], runs[1], stats, notes, host
+    return Merged(runs[0], runs[1], stats, host, device, notes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,9 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--part is for --pass simple (the pool pass is run whole)")
     command = shlex.join([".venv/bin/python", "benchmarks/eval_throughput.py", *(argv if argv is not None else sys.argv[1:])])
     if args.merge:
-        simple, pool, stats, notes, host = merge_runs(args.merge, cands)
-        args.device = args.device or pass_device(args.merge)
-        return report(args, cands, simple, pool, stats, command, notes, host)
+        merged = merge_runs(args.merge, cands)
+        args.device = args.device or merged.device
+        return report(args, cands, merged.simple, merged.pool, merged.stats, command, merged.notes, merged.host)
 
     args.device = args.device or "cpu"
     cfg = EvalConfig(device=args.device, timeout=args.timeout)
@@ -304,16 +317,6 @@ def main(argv: list[str] | None = None) -> int:
     simple = run_simple(cands, cfg, log)
     pool, stats = run_pool(cands, cfg, pool_cfg, log)
     return report(args, cands, simple, pool, stats, command)
-
-
-def pass_device(paths: list[Path]) -> str:
-    """The device a saved pool pass ran on, from the command it records."""
-    for path in paths:
-        data = json.loads(path.read_text())
-        if data["mode"] == "pool":
-            words = shlex.split(data["command"])
-            return words[words.index("--device") + 1] if "--device" in words else "cpu"
-    return "cpu"
 
 
 def parse_part(text: str) -> tuple[int, int]:

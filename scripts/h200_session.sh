@@ -10,7 +10,7 @@ place)  # the model arrives in chunks appended to /tmp/q15.gguf
   echo "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046  /tmp/q15.gguf" | sha256sum -c - || exit 1
   mv /tmp/q15.gguf "$MODEL" && ln -sf "$MODEL" /tmp/kwcache/models/ ;;
 start)
-  rm -rf /tmp/kwb && mkdir -p /tmp/kwb && cp -a kernelwright benchmarks scripts tests examples pyproject.toml /tmp/kwb/
+  bash "$0" copy
   cd /tmp/kwb
   export PYTHONPATH=/tmp/site:/tmp/kwb
   for t in cuda triton; do
@@ -34,7 +34,7 @@ pool)  # the throughput benchmark's pool pass, detached, on a quiet machine (not
   PYTHONPATH=/tmp/site:/tmp/kwb setsid nohup python3 benchmarks/eval_throughput.py --set gpu --device cuda \
     --pass pool --save /tmp/kwout/pool.json > /tmp/kwout/pool.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
-copy)  # the checkout as it is now, for detached jobs (start does this itself)
+copy)  # the checkout as it is now, for detached jobs (start calls it)
   rm -rf /tmp/kwb && mkdir -p /tmp/kwb && cp -a kernelwright benchmarks scripts tests examples pyproject.toml /tmp/kwb/
   echo copied ;;
 simple)  # its simple pass, detached; saved after every candidate, continued from its save if present.

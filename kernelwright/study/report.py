@@ -55,9 +55,9 @@ def _sources(data: StudyData) -> list[str]:
     for folder, m in zip(data.folders, data.manifests):
         v = ", ".join(f"{k} {val}" for k, val in sorted(m.versions.items()))
         commit = m.git.get("commit", "")[:12] + (" (with local changes)" if m.git.get("dirty") else "")
+        # folders written before runs recorded their end (and imports) have none: then nothing is said
         last = m.runs[-1] if m.runs else None
-        end = (f", last ended {last.finished} ({last.ended})" if last is not None and last.finished
-               else ", last invocation did not record an end (running, or killed)" if last is not None else "")
+        end = f", last ended {last.finished} ({last.ended})" if last is not None and last.finished else ""
         lines.append(f"{folder.name}: started {m.started}, {len(m.runs)} invocation(s){end}; {v}"
                      + (f"; git {commit}" if commit else "") + (f"; GPUs {', '.join(m.machine['gpus'])}"
                                                                  if m.machine.get("gpus") else ""))
