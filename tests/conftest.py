@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# test tiers (build / slow / gpu are opt-in) and the watch that keeps them honest
+pytest_plugins = ["tests._tiers"]
+
 FIXTURES = Path(__file__).parent / "fixtures"
 CANDIDATES = FIXTURES / "candidates"
 TASKS = FIXTURES / "tasks"

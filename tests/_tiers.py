@@ -1,0 +1,159 @@
+"""Test tiers by cost, and a watch that keeps them honest.
+
+Plain `pytest` runs the fast tier only: tests marked `build` (C++/CUDA compiles), `slow` (the real
+model, a browser, a Ray cluster, long studies) or `gpu` are opt-in. Any `-m` expression replaces the
+default (`.ci/run` uses `-m "not gpu"`, i.e. every tier this machine can run).
+
+With KERNELWRIGHT_TIER_WATCH=1 (set by `.ci/run`) a thread watches this process's descendants and
+names, per test, the costly programs it started: compilers, the model server, Chromium, Ray. A test
+that starts one of them without the marker of its tier fails and says which marker it needs, so the
+fast tier cannot silently grow a build again. Watching descendants through /proc is the operating
+system's record of what ran; no test has to remember to declare it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Iterator, Optional
+
+import pytest
+
+TIERS = ("build", "slow", "gpu")
+
+# program name (first word of the command line, without its folder) -> the tier it costs
+_PROGRAMS = {
+    "cc1plus": "build", "cc1": "build", "nvcc": "build", "cicc": "build", "ptxas": "build",
+    "ninja": "build", "cudafe++": "build",
+    "chromium": "slow", "chrome": "slow", "chromedriver": "slow",
+    "raylet": "slow", "gcs_server": "slow",
+}
+# substrings of a command line that mark a tier when the program itself is Python
+_COMMANDS = {"llama_cpp.server": "slow", "ray/_private/workers": "slow", "ray::": "slow"}
+
+
+def _tier_of(cmdline: str) -> Optional[str]:
+    head = cmdline.split("\0", 1)[0].rsplit("/", 1)[-1]
+    if head in _PROGRAMS:
+        return _PROGRAMS[head]
+    text = cmdline[:400]
+    for needle, tier in _COMMANDS.items():
+        if needle in text:
+            return tier
+    return None
+
+
+def _processes() -> Iterator[tuple[int, int, str]]:
+    """(pid, parent pid, command line) of every process we may read."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        # the command name in stat is parenthesised and may hold spaces: the ppid follows the last ')'
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        yield int(name), ppid, cmd
+
+
+class Watch:
+    """Records, for the test running now, which tiers its descendants belong to."""
+
+    def __init__(self, interval: float = 0.2):
+        self.interval = interval
+        self.root = os.getpid()
+        self.current: Optional[str] = None
+        self.seen: dict[str, dict[str, str]] = {}  # nodeid -> tier -> an example program
+        threading.Thread(target=self._loop, name="tier-watch", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            nodeid = self.current
+            if nodeid is not None:
+                self._scan(nodeid)
+            time.sleep(self.interval)
+
+    def _scan(self, nodeid: str) -> None:
+        procs = list(_processes())
+        parent = {pid: ppid for pid, ppid, _ in procs}
+        for pid, _, cmd in procs:
+            tier = _tier_of(cmd)
+            if tier is None or not self._descends(pid, parent):
+                continue
+            self.seen.setdefault(nodeid, {}).setdefault(tier, cmd.split("\0", 1)[0].rsplit("/", 1)[-1])
+
+    def _descends(self, pid: int, parent: dict[int, int]) -> bool:
+        for _ in range(64):
+            pid = parent.get(pid, 0)
+            if pid == self.root:
+                return True
+            if pid <= 1:
+                return False
+        return False
+
+
+_watch: Optional[Watch] = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _watch
+    if os.environ.get("KERNELWRIGHT_TIER_WATCH") == "1" and _watch is None:
+        _watch = Watch()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.option.markexpr:
+        return  # the caller chose the tiers
+    kept, opt_in = [], []
+    for item in items:
+        (opt_in if any(item.get_closest_marker(t) for t in TIERS) else kept).append(item)
+    if opt_in:
+        config.hook.pytest_deselected(items=opt_in)
+        items[:] = kept
+        config._kw_opt_in = len(opt_in)  # type: ignore[attr-defined]
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    n = getattr(config, "_kw_opt_in", 0)
+    if n:
+        terminalreporter.write_line(
+            f"fast tier only: {n} build/slow/gpu tests not run; `pytest -m 'not gpu'` runs every tier "
+            "this machine can (what .ci/run does)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem) -> Iterator[None]:
+    if _watch is not None:
+        _watch.current = item.nodeid
+    yield
+    if _watch is not None:
+        _watch.current = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call) -> Iterator[None]:
+    outcome = yield
+    if _watch is None or call.when != "teardown":
+        return
+    _watch._scan(item.nodeid)  # a last look: a short build may fall between two scans
+    seen = _watch.seen.get(item.nodeid, {})
+    report = outcome.get_result()
+    if seen and report.passed and not any(item.get_closest_marker(t) for t in TIERS):
+        what = ", ".join(f"{prog} (mark it `{tier}`)" for tier, prog in sorted(seen.items()))
+        report.outcome = "failed"
+        report.longrepr = f"tier watch: this test started {what}; unmarked tests must stay in the fast tier"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """KERNELWRIGHT_TIER_DUMP=FILE: what each test started, as JSON (for re-tiering by data)."""
+    path = os.environ.get("KERNELWRIGHT_TIER_DUMP")
+    if _watch is not None and path:
+        import json
+
+        with open(path, "w") as f:
+            json.dump(_watch.seen, f, indent=1, sort_keys=True)
