@@ -138,22 +138,30 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem) -> Iterator[None]:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call) -> Iterator[None]:
     outcome = yield
-    if _watch is None or call.when != "teardown":
+    if _watch is None:
+        return
+    report = outcome.get_result()
+    item._kw_seconds = getattr(item, "_kw_seconds", 0.0) + report.duration  # type: ignore[attr-defined]
+    if call.when != "teardown":
         return
     _watch._scan(item.nodeid)  # a last look: a short build may fall between two scans
     seen = _watch.seen.get(item.nodeid, {})
-    report = outcome.get_result()
+    _dump(item, seen)
     if seen and report.passed and not any(item.get_closest_marker(t) for t in TIERS):
         what = ", ".join(f"{prog} (mark it `{tier}`)" for tier, prog in sorted(seen.items()))
         report.outcome = "failed"
         report.longrepr = f"tier watch: this test started {what}; unmarked tests must stay in the fast tier"
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """KERNELWRIGHT_TIER_DUMP=FILE: what each test started, as JSON (for re-tiering by data)."""
+def _dump(item: pytest.Item, seen: dict[str, str]) -> None:
+    """KERNELWRIGHT_TIER_DUMP=FILE: one JSON line per test (its tiers, what it started, its seconds),
+    appended as it ends, so a re-tiering works from data even if the run is cut short."""
     path = os.environ.get("KERNELWRIGHT_TIER_DUMP")
-    if _watch is not None and path:
-        import json
+    if not path:
+        return
+    import json
 
-        with open(path, "w") as f:
-            json.dump(_watch.seen, f, indent=1, sort_keys=True)
+    line = {"test": item.nodeid, "seconds": round(getattr(item, "_kw_seconds", 0.0), 2), "started": seen,
+            "marked": [t for t in TIERS if item.get_closest_marker(t)]}
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")
