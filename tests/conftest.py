@@ -15,9 +15,21 @@ TASKS = FIXTURES / "tasks"
 
 
 @pytest.fixture(scope="session")
-def build_cache(tmp_path_factory) -> Path:
-    """One build cache per test session: each distinct extension source builds once."""
-    return tmp_path_factory.mktemp("kw-cache")
+def build_cache(tmp_path_factory, worker_id: str) -> Path:
+    """One build cache per test run: each distinct extension source builds once. Under pytest-xdist
+    the workers share it (their base folders have one parent); the content-hash cache locks each
+    build folder, so two workers needing one extension build it once."""
+    if worker_id == "master":
+        return tmp_path_factory.mktemp("kw-cache")
+    shared = tmp_path_factory.getbasetemp().parent / "kw-cache"
+    shared.mkdir(exist_ok=True)
+    return shared
+
+
+@pytest.fixture(scope="session")
+def worker_id(request) -> str:
+    """pytest-xdist's worker name ("gw0", ...), or "master" without it (its own fixture wins when installed)."""
+    return getattr(request.config, "workerinput", {}).get("workerid", "master")
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +44,14 @@ def fast_cfg(build_cache):
         return EvalConfig(**base)
 
     return make
+
+
+def builds(text: str) -> bool:
+    """Does evaluating this candidate compile C++/CUDA? (Its tier is `build` if so.)"""
+    return "load_inline" in text or "cpp_extension" in text
+
+
+def candidate_param(path: Path, *values, id: str | None = None):
+    """A pytest.param for a candidate file, marked `build` when evaluating it compiles."""
+    marks = [pytest.mark.build] if builds(path.read_text()) else []
+    return pytest.param(path.name, *values, marks=marks, id=id or path.name)

@@ -22,6 +22,8 @@ from kernelwright.study.runner import CellJob, DeviceSlots, run_jobs
 from kernelwright.tasks import load_task
 from tests.conftest import CANDIDATES, TASKS
 
+pytestmark = [pytest.mark.slow, pytest.mark.build]
+
 CPU = CANDIDATES / "cpu"
 CELL_PLAN = {
     "cellA": [("torch_only.py", Verdict.NO_CUSTOM_KERNEL), ("correct_cpp.py", Verdict.CORRECT),

@@ -19,13 +19,13 @@ import threading
 from kernelwright.childproc import ChildTimeout, run_json_child
 from kernelwright.records import Task
 
-from .planner_job import PlanJob
+from .planner_job import PlanBatch, PlanJob
 from .skeleton import write
 from .splice import assemble
 from .types import BEGIN, END, Assembly, KernelArg, Scaffold, ScaffoldPlan, Segment, SegmentKind
 
 __all__ = ["BEGIN", "END", "Assembly", "KernelArg", "Scaffold", "ScaffoldError", "ScaffoldPlan", "Segment",
-           "SegmentKind", "assemble", "build", "plan_task", "write"]
+           "SegmentKind", "assemble", "build", "plan_task", "plan_tasks", "write"]
 
 DEFAULT_TIMEOUT_S = 300.0
 _cache: dict[str, ScaffoldPlan] = {}
@@ -36,30 +36,61 @@ class ScaffoldError(Exception):
     """Planning failed (the task's code raised, the child died); the message is one line."""
 
 
+def _key(task: Task, size: str) -> str:
+    return hashlib.sha256(f"{size}\0{task.id}\0{task.source}".encode()).hexdigest()
+
+
+def _job(task: Task, size: str, device: str) -> PlanJob:
+    return PlanJob(task_id=task.id, source=task.source, path=task.path, size=size, device=device)
+
+
+def _result(task: Task, reply: dict | None, code: int, tail: str) -> ScaffoldPlan:
+    if reply is None:
+        return _none(task, f"scaffold planning crashed (exit {code})" + (f": {tail}" if tail else ""))
+    if not reply.get("ok"):
+        return _none(task, f"scaffold planning: {reply.get('stage')}: {reply.get('error')}")
+    return ScaffoldPlan.model_validate(reply["plan"])
+
+
+def _remember(task: Task, size: str, plan: ScaffoldPlan) -> ScaffoldPlan:
+    with _lock:
+        return _cache.setdefault(_key(task, size), plan)
+
+
 def plan_task(task: Task, size: str = "small", timeout: float = DEFAULT_TIMEOUT_S, device: str = "cpu") -> ScaffoldPlan:
     """The task's plan, from the cache or a planning child on `device`. A task whose planning
     fails (its code raised, the child crashed) gets a plan that says why, cached like any other:
     every cell of a study would fail the same way. Only a timeout raises ScaffoldError (and is
     tried again next time: a loaded machine may be the cause)."""
-    key = hashlib.sha256(f"{size}\0{task.id}\0{task.source}".encode()).hexdigest()
     with _lock:
-        if key in _cache:
-            return _cache[key]
-    job = PlanJob(task_id=task.id, source=task.source, path=task.path, size=size, device=device)
+        if _key(task, size) in _cache:
+            return _cache[_key(task, size)]
     try:
-        reply, code, tail = run_json_child("kernelwright.scaffold", job.model_dump_json(), timeout,
-                                           {"KERNELWRIGHT_SIZE": size})
+        reply, code, tail = run_json_child("kernelwright.scaffold", _job(task, size, device).model_dump_json(),
+                                           timeout, {"KERNELWRIGHT_SIZE": size})
     except ChildTimeout as e:
         raise ScaffoldError(f"{task.id}: scaffold planning: {e}") from None
-    if reply is None:
-        result = _none(task, f"scaffold planning crashed (exit {code})" + (f": {tail}" if tail else ""))
-    elif not reply.get("ok"):
-        result = _none(task, f"scaffold planning: {reply.get('stage')}: {reply.get('error')}")
-    else:
-        result = ScaffoldPlan.model_validate(reply["plan"])
+    return _remember(task, size, _result(task, reply, code, tail))
+
+
+def plan_tasks(tasks: list[Task], size: str = "small", timeout: float = DEFAULT_TIMEOUT_S,
+               device: str = "cpu") -> list[ScaffoldPlan]:
+    """Plans for many tasks from one child (one interpreter start and torch import for all: most of
+    a plan's cost). The tasks share that process, which is fine for planning (it only traces and
+    runs each reference once); if the child dies or times out, the tasks it did not answer are
+    planned one child each, so one bad task cannot cost the others their plans."""
     with _lock:
-        _cache[key] = result
-    return result
+        todo = [t for t in dict.fromkeys(tasks, None) if _key(t, size) not in _cache]
+    if len(todo) > 1:
+        batch = PlanBatch(jobs=[_job(t, size, device) for t in todo])
+        try:
+            reply, _, _ = run_json_child("kernelwright.scaffold", batch.model_dump_json(),
+                                         timeout * len(todo), {"KERNELWRIGHT_SIZE": size})
+        except ChildTimeout:
+            reply = None
+        for task, one in zip(todo, (reply or {}).get("replies") or []):
+            _remember(task, size, _result(task, one, 0, ""))
+    return [plan_task(t, size, timeout, device) for t in tasks]
 
 
 def _none(task: Task, reason: str) -> ScaffoldPlan:

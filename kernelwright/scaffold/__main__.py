@@ -1,4 +1,5 @@
-"""Child side of ``scaffold.plan_task``: a ``PlanJob`` as JSON on stdin, one JSON line on stdout."""
+"""Child side of ``scaffold.plan_task`` / ``plan_tasks``: a ``PlanJob`` (or a ``PlanBatch``) as JSON on
+stdin, one JSON line on stdout (one reply, or ``{"ok": true, "replies": [...]}`` in job order)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,30 @@ from kernelwright.childproc import child_main, one_line
 
 
 def handle(text: str) -> dict:
+    import json
+
+    from kernelwright.scaffold.planner_job import PlanBatch, PlanJob
+
+    data = json.loads(text)
+    if "jobs" not in data:
+        return plan_one(PlanJob.model_validate(data))
+    replies = []
+    for job in PlanBatch.model_validate(data).jobs:
+        try:
+            replies.append(plan_one(job))
+        except Exception as e:  # a bug of ours on one task: the others still get their plans
+            replies.append({"ok": False, "stage": "internal", "error": one_line(e)})
+    return {"ok": True, "replies": replies}
+
+
+def plan_one(job) -> dict:
     import types
 
     import torch
 
     from kernelwright.evaluate.draw import draw_inputs, seed_all
-    from kernelwright.scaffold.planner_job import PlanJob
     from kernelwright.scaffold.plan import plan
 
-    job = PlanJob.model_validate_json(text)
     module = types.ModuleType("kernelwright_scaffold_task")
     try:
         exec(compile(job.source, job.path or f"<{job.task_id}>", "exec"), module.__dict__)

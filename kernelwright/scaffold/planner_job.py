@@ -14,3 +14,9 @@ class PlanJob(BaseModel):
     size: str = "small"
     seed: int = 42  # the evaluator's default seed
     device: str = "cpu"  # where the reference runs while planning: full-size tasks are slow on a CPU
+
+
+class PlanBatch(BaseModel):
+    """Several tasks planned in one child: one interpreter and one torch import for all of them."""
+
+    jobs: list[PlanJob]

@@ -3,6 +3,8 @@ the study's Table I makes of it."""
 
 from __future__ import annotations
 
+import pytest
+
 from pathlib import Path
 
 from kernelwright.evaluate import evaluate
@@ -12,6 +14,7 @@ from kernelwright.tasks import load_task
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "candidates" / "linear_gelu_scale_cpp.py"
 
 
+@pytest.mark.build
 def test_compile_baseline_is_timed_like_the_reference(fast_cfg):
     task = load_task("builtin/L2/01_linear_gelu_scale")
     r = evaluate(task, EXAMPLE.read_text(), fast_cfg(compile_baseline=True, iters=10))

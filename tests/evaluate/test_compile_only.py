@@ -63,6 +63,7 @@ def failure(fn, *args, **kwargs) -> tuple[BuildFailed, Verdict, str | None]:
     return e, verdict, pattern
 
 
+@pytest.mark.build
 @pytest.mark.nvcc
 @needs_nvcc
 def test_correct_cuda_kernel_compiles_to_objects(cuda_build: Path) -> None:
@@ -84,6 +85,7 @@ def test_correct_cuda_kernel_compiles_to_objects(cuda_build: Path) -> None:
     assert time.monotonic() - started < 5
 
 
+@pytest.mark.build
 @pytest.mark.nvcc
 @needs_nvcc
 def test_undefined_device_function_is_hallucinated(cuda_build: Path) -> None:
@@ -93,6 +95,7 @@ def test_undefined_device_function_is_hallucinated(cuda_build: Path) -> None:
     assert "### nvcc cuda.cu" in e.log
 
 
+@pytest.mark.build
 @pytest.mark.nvcc
 @needs_nvcc
 def test_missing_header_is_hallucinated(cuda_build: Path) -> None:
@@ -101,6 +104,7 @@ def test_missing_header_is_hallucinated(cuda_build: Path) -> None:
     assert "bias_relu_kernels.cuh" in str(e)
 
 
+@pytest.mark.build
 @pytest.mark.nvcc
 @needs_nvcc
 def test_cuda_syntax_error_is_compile_error(cuda_build: Path) -> None:
@@ -110,6 +114,7 @@ def test_cuda_syntax_error_is_compile_error(cuda_build: Path) -> None:
     assert "cuda.cu(" in str(e)
 
 
+@pytest.mark.build
 @needs_cxx
 def test_binding_of_undefined_function_is_hallucinated(tmp_path: Path) -> None:
     e, verdict, pattern = failure(objects_only_load_inline, "unbound", cpp_sources="int helper() { return 1; }",
@@ -118,6 +123,7 @@ def test_binding_of_undefined_function_is_hallucinated(tmp_path: Path) -> None:
     assert "wrap_pybind_function(bias_relu)" in str(e)
 
 
+@pytest.mark.build
 @needs_cxx
 def test_cpu_only_cpp_source_compiles_with_gxx(tmp_path: Path) -> None:
     source = "torch::Tensor add_one(torch::Tensor x) { return x + 1; }"
@@ -142,6 +148,7 @@ def test_sources_keyword_raises_what_torch_raises() -> None:
     assert str(ours_missing.value) == str(real_missing.value)
 
 
+@pytest.mark.build
 @needs_cxx
 @pytest.mark.skipif("no_implicit_headers" not in inspect.signature(cpp_extension.load_inline).parameters,
                     reason="this torch's load_inline has no no_implicit_headers")
@@ -151,6 +158,7 @@ def test_keywords_of_newer_torch_are_accepted(tmp_path: Path) -> None:
     assert (tmp_path / "main.cpp").read_text() == "int f() { return 1; }"
 
 
+@pytest.mark.build
 @needs_cxx
 def test_a_compile_past_the_timeout_is_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compile_only, "COMPILE_TIMEOUT_S", 0.5)

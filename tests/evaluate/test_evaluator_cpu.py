@@ -13,7 +13,7 @@ from kernelwright.evaluate import evaluate
 from kernelwright.records import Verdict
 from kernelwright.tasks import load_task
 
-from tests.conftest import CANDIDATES, TASKS
+from tests.conftest import CANDIDATES, TASKS, candidate_param
 
 CPU = CANDIDATES / "cpu"
 
@@ -55,7 +55,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name,expected,expected_dynamic", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("name,expected,expected_dynamic", [candidate_param(CPU / c[0], *c[1:]) for c in CASES])
 def test_verdicts(bias_relu, fast_cfg, name, expected, expected_dynamic):
     result = run(bias_relu, name, fast_cfg())
     assert result.verdict == expected, (result.error, result.output_tail)
@@ -64,6 +64,7 @@ def test_verdicts(bias_relu, fast_cfg, name, expected, expected_dynamic):
         assert dynamic.verdict == expected_dynamic, (dynamic.error, dynamic.output_tail)
 
 
+@pytest.mark.build
 def test_correct_record_is_complete(bias_relu, fast_cfg):
     r = run(bias_relu, "correct_cpp.py", fast_cfg())
     assert r.verdict == Verdict.CORRECT and r.compiled and r.correct and r.custom_kernel
@@ -80,12 +81,14 @@ def test_tolerance_is_configurable_and_recorded(bias_relu, fast_cfg):
     assert r.tolerance.atol == 1e-2 and r.speedup is None
 
 
+@pytest.mark.build
 def test_uninitialized_memory_is_not_correct(bias_relu, fast_cfg):
     r = run(bias_relu, "uninitialized_output.py", fast_cfg())
     assert r.verdict in (Verdict.WRONG_OUTPUT, Verdict.CHEAT), r.error
     assert not r.correct
 
 
+@pytest.mark.build
 def test_late_thread_is_caught(bias_relu, fast_cfg):
     assert run(bias_relu, "late_thread.py", fast_cfg()).verdict == Verdict.STATIC_VIOLATION
     dynamic = run(bias_relu, "late_thread.py", fast_cfg(static_checks=False))
@@ -101,12 +104,14 @@ def test_python_infinite_loop_times_out_and_next_evaluation_is_fine(bias_relu, f
     assert run(bias_relu, "torch_only.py", fast_cfg(time=False)).verdict == Verdict.NO_CUSTOM_KERNEL
 
 
+@pytest.mark.build
 def test_cpp_infinite_loop_times_out(bias_relu, fast_cfg):
     run(bias_relu, "segfault_cpp.py", fast_cfg())  # builds the shared hostile extension first
     r = run(bias_relu, "spin_cpp.py", fast_cfg(timeout=30))
     assert r.verdict == Verdict.TIMEOUT and r.compiled
 
 
+@pytest.mark.build
 def test_segfault_is_a_crash_with_signal(bias_relu, fast_cfg):
     r = run(bias_relu, "segfault_cpp.py", fast_cfg())
     assert r.verdict == Verdict.CRASH and "SIGSEGV" in r.error
@@ -168,11 +173,12 @@ class ModelNew(nn.Module):
     def forward(self, x):
         return x.sum(dim=1)
 '''
-    r = evaluate(task, source, fast_cfg())
+    r = evaluate(task, source, fast_cfg(warmup=1, iters=5))
     assert r.verdict == Verdict.NO_CUSTOM_KERNEL and r.speedup > 10
     assert any(f.startswith("speedup_above_10x") for f in r.flags)
 
 
+@pytest.mark.build
 def test_identical_source_is_not_rebuilt_and_stale_lock_is_cleared(bias_relu, fast_cfg, build_cache):
     run(bias_relu, "correct_cpp.py", fast_cfg(time=False))
     libs = [p for p in (build_cache / "builds").glob("*/kw_fixture_bias_relu.so")]
@@ -184,6 +190,7 @@ def test_identical_source_is_not_rebuilt_and_stale_lock_is_cleared(bias_relu, fa
     assert libs[0].stat().st_mtime_ns == mtime
 
 
+@pytest.mark.build
 @pytest.mark.nvcc
 def test_compile_only_builds_cuda_without_a_gpu(bias_relu, fast_cfg):
     """No GPU here: CUDA sources are compiled for real (to objects with a CPU torch), not run."""

@@ -684,6 +684,7 @@ def test_answer_with_torch_cuda_jit():
 # --- end to end: a repaired answer compiles ------------------------------------------------------------------
 
 
+@pytest.mark.build
 @pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_repaired_answer_compiles_in_compile_only_mode(fast_cfg):

@@ -31,6 +31,7 @@ def text(name: str, folder: Path = CPU) -> str:
     return (folder / name).read_text()
 
 
+@pytest.mark.build
 def test_pool_gives_the_evaluators_verdicts_and_links_duplicates(bias_relu, fast_cfg):
     cfg = fast_cfg()
     names = ["correct_cpp.py", "wrong_cpp.py", "correct_cpp.py", "torch_only.py", "cpp_syntax_error.py",
@@ -130,6 +131,7 @@ def test_pool_on_a_gpu_recycles_after_an_illegal_address(tmp_path):
     assert stats.linked_duplicates == 1 and stats.recycled >= 1
 
 
+@pytest.mark.build
 def test_closing_cancels_what_never_ran_and_every_duplicate_copy_with_it(bias_relu, fast_cfg):
     cfg = fast_cfg()
     pool = EvalPool(PoolConfig(devices=["cpu"], compile_workers=1, prewarm=False))

@@ -99,12 +99,14 @@ def _run_program(snippet: S.Snippet, tmp_path: Path, env_extra: dict[str, str]) 
     assert proc.returncode == 0 and "ok" in proc.stdout.split(), f"{snippet.label} failed:\n{S.first_errors(out, 60)}"
 
 
+@pytest.mark.build
 @pytest.mark.parametrize("snippet", CPU_PROGRAMS, ids=_ids(CPU_PROGRAMS))
 def test_cpu_program_builds_and_matches_torch(snippet, tmp_path):
     # A fixed extensions folder: a rerun with unchanged source reuses the build, as a user's would.
     _run_program(snippet, tmp_path, {"TORCH_EXTENSIONS_DIR": str(S.cache_dir() / "torch_extensions")})
 
 
+@pytest.mark.build
 def test_cpp_blocks_build_with_load_inline():
     blocks = [s for s in SNIPPETS if s.lang == "cpp"]
     if not blocks:
@@ -124,6 +126,7 @@ def test_cpp_blocks_build_with_load_inline():
 # --- the activation formulas, on the CPU -------------------------------------------------------
 
 
+@pytest.mark.build
 def test_activation_formulas_match_pytorch_on_cpu():
     block = H.activation_block()
     defined = H.activation_names_defined(block)
@@ -180,6 +183,7 @@ def _symbols(obj: Path, flag: str) -> set[str]:
     return {line.split()[-1] for line in out.splitlines() if line.strip()}
 
 
+@pytest.mark.build
 @pytest.mark.nvcc
 def test_cuda_code_compiles_and_links_with_nvcc(tmp_path):
     if not shutil.which("nvcc"):

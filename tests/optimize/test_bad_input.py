@@ -99,6 +99,7 @@ def test_target_needs_a_gpu_on_the_cpu(tmp_path, empty_model):
     assert "needs a GPU" in line
 
 
+@pytest.mark.build  # reaches optimize's torch.compile baseline: inductor compiles C++
 def test_good_file_with_named_class_and_inputs_passes_the_checks(tmp_path):
     """The other side of the checks: FILE:ClassName --inputs FUNC is accepted and reaches the model
     (here a replay with nothing recorded, whose one-line complaint proves the model was asked)."""
@@ -114,6 +115,7 @@ def test_good_file_with_named_class_and_inputs_passes_the_checks(tmp_path):
     assert "checked: it imports" in p.stderr
 
 
+@pytest.mark.build  # reaches optimize's torch.compile baseline: inductor compiles C++
 def test_retrieval_library_missing_is_one_line_before_anything(tmp_path, empty_model):
     """The routed regime may retrieve (agentic): without bm25s/PyStemmer it fails at once, naming
     what to install, instead of after the model load and the profile (as it once did on the H200)."""

@@ -32,7 +32,7 @@ TRANSCRIPT, FACTS = RECORDED / "mlp_block.jsonl", RECORDED / "mlp_block.facts.js
 # without custom code: both are kept, through the two kinds of "correct" the ranking tells apart.
 RECORDED_ARGS = ["--rounds", "1", "--iters", "20", "--max-tokens", "768", "--device", "cpu"]
 
-pytestmark = pytest.mark.skipif(not TRANSCRIPT.is_file(), reason="no recorded optimize transcript")
+pytestmark = [pytest.mark.build, pytest.mark.skipif(not TRANSCRIPT.is_file(), reason="no recorded optimize transcript")]
 
 CHECK_MODEL_NEW = """
 import importlib.util, sys, torch

@@ -14,7 +14,7 @@ from kernelwright.tasks import load_task
 
 from tests.strategies import plan
 
-pytestmark = pytest.mark.skipif(not plan.TRANSCRIPTS.is_dir(), reason="no recorded transcripts")
+pytestmark = [pytest.mark.build, pytest.mark.skipif(not plan.TRANSCRIPTS.is_dir(), reason="no recorded transcripts")]
 
 
 @pytest.mark.parametrize("spec", plan.REGIMES)

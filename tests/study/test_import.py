@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from kernelwright.cli import app
@@ -14,6 +15,8 @@ from kernelwright.records import Verdict
 from kernelwright.study.importer import read_results_json
 from kernelwright.study.log import read_study
 from tests.conftest import CANDIDATES
+
+pytestmark = [pytest.mark.build]
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = ROOT / "examples/candidates/linear_gelu_scale_cpp.py"  # correct on builtin/L2/01_linear_gelu_scale

@@ -63,6 +63,7 @@ def test_a_missing_folder_is_bad_input(tmp_path):
     assert r.exit_code == 2 and "not a study folder" in r.output
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed (apt-get install chromium)")
 def test_html_opens_in_headless_chromium(tmp_path):
     from PIL import Image

@@ -20,7 +20,7 @@ from kernelwright.cli import app
 from kernelwright.study.log import ATTEMPTS, CELLS, MANIFEST, read_study
 from tests.strategies import plan
 
-pytestmark = pytest.mark.skipif(not plan.TRANSCRIPTS.is_dir(), reason="no recorded transcripts")
+pytestmark = [pytest.mark.slow, pytest.mark.build, pytest.mark.skipif(not plan.TRANSCRIPTS.is_dir(), reason="no recorded transcripts")]
 REGIMES = ["zero_shot", "guided"]
 
 
