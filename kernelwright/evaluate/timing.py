@@ -189,7 +189,8 @@ def _tensor_bytes(values: Any) -> int:
     return sum(t.numel() * t.element_size() for t in flatten(values) if isinstance(t, torch.Tensor))
 
 
-def _clone(inputs: Sequence[Any]) -> list[Any]:
+def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
+    """A private copy of an input set: tensors cloned, anything else deep-copied."""
     import copy
 
     return [x.clone() if isinstance(x, torch.Tensor) else copy.deepcopy(x) for x in inputs]
@@ -221,7 +222,7 @@ def time_pair(candidate: Callable[..., Any], reference: Callable[..., Any], draw
         try:
             for i in range(cfg.warmup + cfg.iters):
                 ref_in = draw()
-                cand_in = _clone(ref_in)
+                cand_in = clone_inputs(ref_in)
                 held = cand_in
                 # The candidate runs first: memory it did not write cannot hold this call's answer.
                 out_c, ms_c = clock(candidate, cand_in)

@@ -105,11 +105,8 @@ class Worker:
     def _inputs(self, seed: int) -> list[Any]:
         return self.draw.draw_inputs(self.ref_mod.get_inputs, seed, self.device)
 
-    @staticmethod
-    def _clone(inputs: list[Any]) -> list[Any]:
-        import torch
-
-        return [x.clone() if isinstance(x, torch.Tensor) else copy.deepcopy(x) for x in inputs]
+    def _clone(self, inputs: list[Any]) -> list[Any]:
+        return self.timing.clone_inputs(inputs)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
