@@ -119,3 +119,23 @@ def test_full_build_cache_is_an_infrastructure_error(bias_relu, fast_cfg, tiny_d
     source = (CANDIDATES / "cpu" / "correct_cpp.py").read_text()
     with pytest.raises(InfrastructureError, match="no space left on device"):
         evaluate(bias_relu, source, fast_cfg(cache_dir=str(tiny_disk), time=False))
+
+
+def _stats(median_ms, floor_ms):
+    from kernelwright.records import TimingStats
+
+    return TimingStats(median_ms=median_ms, p25_ms=median_ms, p75_ms=median_ms, mean_ms=median_ms, calls=1,
+                       protocol="test", floor_ms=floor_ms)
+
+
+@pytest.mark.parametrize("cand_ms,ref_ms,floor_ms,expected", [
+    (0.01, 5.0, 1.0, True),     # far below a floor the reference respects: no real call is that fast
+    (0.6, 5.0, 1.0, False),     # above half the floor
+    (0.01, 0.5, 1.0, False),    # the reference itself beats the floor: the model does not fit this task
+    (0.001, 5.0, 0.01, False),  # floor under the minimum: call overheads dominate
+    (0.01, 5.0, None, False),   # no bandwidth figure: no floor
+])
+def test_below_floor(cand_ms, ref_ms, floor_ms, expected):
+    from kernelwright.evaluate.timing import below_floor
+
+    assert below_floor(_stats(cand_ms, floor_ms), _stats(ref_ms, floor_ms), 0.5, 0.05) is expected
