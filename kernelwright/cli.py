@@ -85,9 +85,9 @@ def eval_cmd(
         the_task = load_task(task)
     except TaskError as e:
         fail(str(e))
-    cfg = EvalConfig(device=device, timeout=timeout, trials=trials, atol=atol, rtol=rtol, iters=iters,
-                     warmup=warmup, compile_only=compile_only, size=size, seed=seed, time=not no_timing)
     try:
+        cfg = EvalConfig(device=device, timeout=timeout, trials=trials, atol=atol, rtol=rtol, iters=iters,
+                         warmup=warmup, compile_only=compile_only, size=size, seed=seed, time=not no_timing)
         result = evaluate(the_task, text, cfg)
     except GPUUnavailableError as e:
         if e.result is not None and json_out:
@@ -174,11 +174,11 @@ def run_cmd(
         from kernelwright.evaluate.evaluator import validate_device
 
         validate_device(device)
+        cfg = EvalConfig(device=device, timeout=timeout, iters=iters)
         backend = make_backend(model)
     except (RegimeError, TaskError, EvaluatorError, BackendError) as e:
         fail(str(e))
     sink, out_files = _jsonl_sink(out_dir)
-    cfg = EvalConfig(device=device, timeout=timeout, iters=iters)
     err.print(f"regime {config.spec} · task {the_task.id} · model {backend.model} · target {tgt} · device {device}")
     try:
         cell = run_regime(the_task, backend, config, cfg, sink=sink, progress=_print_progress)

@@ -110,6 +110,14 @@ class TimingStats(BaseModel):
     mean_ms: float
     calls: int
     protocol: str  # e.g. "cuda-events+device-sync, l2-flush, 8 input sets, 10 warm-up"
+    # The conditions of a paired (candidate vs reference) timing, the same in both records.
+    checked_calls: int = 0  # timed and warm-up calls whose output was compared with the reference's
+    threads: Optional[int] = None  # CPU: intra-op threads both sides ran with (torch.set_num_threads)
+    load_before: Optional[float] = None  # 1-minute load average when timing started / ended
+    load_after: Optional[float] = None
+    runnable_before: Optional[int] = None  # other runnable tasks on the machine (/proc/loadavg)
+    runnable_after: Optional[int] = None
+    floor_ms: Optional[float] = None  # (input + output bytes) / memory bandwidth: no real call is faster
 
 
 class Mismatch(BaseModel):

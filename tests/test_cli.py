@@ -31,6 +31,9 @@ def kw(*args: str, env_cache=None) -> subprocess.CompletedProcess:
     (["eval", "--task", "builtin/L9/99_nothing", "--candidate", str(CPU / "torch_only.py")], "builtin"),
     (["tasks", "kernelbench:/nonexistent"], "KernelBench"),
     (["run", "--regime", "telepathy", "--task", "softmax"], "unknown regime"),
+    (["eval", "--task", str(TASKS / "bias_relu.py"), "--candidate", str(CPU / "torch_only.py"), "--trials", "0"], "trials"),
+    (["eval", "--task", str(TASKS / "bias_relu.py"), "--candidate", str(CPU / "torch_only.py"), "--iters", "0"], "iters"),
+    (["eval", "--task", str(TASKS / "bias_relu.py"), "--candidate", str(CPU / "torch_only.py"), "--timeout=-1"], "timeout"),
 ])
 def test_bad_input_is_one_line_and_nonzero(args, needle):
     p = kw(*args)

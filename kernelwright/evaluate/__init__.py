@@ -14,6 +14,7 @@ _EXPORTS = {
     "EvalConfig": "kernelwright.evaluate.evaluator",
     "EvaluatorError": "kernelwright.evaluate.evaluator",
     "GPUUnavailableError": "kernelwright.evaluate.evaluator",
+    "InfrastructureError": "kernelwright.evaluate.evaluator",
     "evaluate": "kernelwright.evaluate.evaluator",
 }
 __all__ = list(_EXPORTS)

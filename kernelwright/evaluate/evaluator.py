@@ -36,6 +36,11 @@ class EvaluatorError(Exception):
     """Bad input to the evaluator itself (never raised for anything a candidate holds)."""
 
 
+class InfrastructureError(EvaluatorError):
+    """The machine could not run the evaluation (e.g. the build cache's disk is full): not the
+    candidate's outcome, so no verdict; every later evaluation would fail the same way."""
+
+
 class GPUUnavailableError(EvaluatorError):
     """A GPU stopped answering after a candidate timed out or crashed on it."""
 
@@ -68,6 +73,31 @@ class EvalConfig:
     cache_dir: Optional[str] = None
     keep_workdir: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # The one check of the evaluator's own options: the CLI, studies and optimize all build an
+        # EvalConfig, so a bad value is bad input everywhere, never a verdict or a division by zero.
+        problems = [f"{name} must be {rule}, not {value!r}" for name, value, ok, rule in (
+            ("trials", self.trials, _is_int(self.trials) and self.trials >= 1, "an integer >= 1"),
+            ("iters", self.iters, _is_int(self.iters) and self.iters >= 1, "an integer >= 1"),
+            ("warmup", self.warmup, _is_int(self.warmup) and self.warmup >= 0, "an integer >= 0"),
+            ("input_sets", self.input_sets, _is_int(self.input_sets) and self.input_sets >= 1, "an integer >= 1"),
+            ("timeout", self.timeout, _is_number(self.timeout) and self.timeout > 0, "a number of seconds > 0"),
+            ("atol", self.atol, self.atol is None or (_is_number(self.atol) and self.atol >= 0), "a number >= 0"),
+            ("rtol", self.rtol, self.rtol is None or (_is_number(self.rtol) and self.rtol >= 0), "a number >= 0"),
+        ) if not ok]
+        if problems:
+            raise EvaluatorError("bad evaluator option: " + "; ".join(problems))
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    import math
+
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def cache_root(cfg: EvalConfig) -> Path:
@@ -286,6 +316,8 @@ def _assemble(task: Task, code_hash: str, cfg: EvalConfig, out: sandbox.SandboxO
     verdict_name = final["verdict"]
     if verdict_name == "reference_error":
         raise EvaluatorError(f"task {task.id}: the reference itself fails: {final.get('error')}")
+    if verdict_name == "infrastructure_error":
+        raise InfrastructureError(f"evaluation of a candidate for {task.id} could not run here: {final.get('error')}")
     fields = dict(final.get("fields") or {})
     result = EvalResult(verdict=Verdict(verdict_name), error=strip_paths(final.get("error")), **base, **{
         k: v for k, v in fields.items() if k in EvalResult.model_fields})

@@ -1,10 +1,19 @@
 """The timing protocol, the same for the reference and the candidate, in the same process.
 
-GPU: one CUDA event pair per call, with a *device-wide* synchronize before the end event, so
+Per call, GPU: one CUDA event pair, with a *device-wide* synchronize before the end event, so
 work a candidate pushed onto another stream is inside the measured interval; the L2 cache is
 flushed before every call (a write over a buffer larger than L2) so a candidate cannot win by
-re-reading cached inputs; inputs rotate over several sets so results cannot be keyed on pointers.
-CPU: the same loop with a monotonic wall clock and a last-level-cache flush.
+re-reading cached inputs. CPU: a monotonic wall clock and a last-level-cache flush.
+
+`time_pair` times a candidate against the reference so that the candidate cannot game it:
+every call gets freshly drawn values in freshly allocated tensors (prepared outside the timed
+interval, the previous call's still alive so the address differs); the candidate and the
+reference alternate call by call, so load that drifts hits both; the reference runs on its own
+copy; after each pair of calls, outside the interval, the candidate's inputs must equal the
+reference's (nothing resized or rewritten in place) and its output must match the reference's.
+On the CPU both run with the same thread count, chosen from the cores that are free, and the
+machine's load is recorded. `time_calls` is the plain loop over fixed inputs, for trusted
+modules (profiles, torch.compile baselines).
 
 The clock functions are captured when this module is imported — in the worker, before any
 candidate code runs — so a candidate that rebinds `torch.cuda.Event` or `time.perf_counter`
@@ -13,10 +22,11 @@ does not change what we measure (and the tamper check reports it as a cheat).
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -60,7 +70,7 @@ class _Flusher:
             self.buf.fill_(1)  # a write pass evicts whatever the previous call left in cache
 
 
-def _stats(samples_ms: list[float], protocol: str) -> TimingStats:
+def _stats(samples_ms: list[float], protocol: str, **conditions: Any) -> TimingStats:
     q = statistics.quantiles(samples_ms, n=4, method="inclusive") if len(samples_ms) > 1 else [samples_ms[0]] * 3
     return TimingStats(
         median_ms=statistics.median(samples_ms),
@@ -69,7 +79,35 @@ def _stats(samples_ms: list[float], protocol: str) -> TimingStats:
         mean_ms=statistics.fmean(samples_ms),
         calls=len(samples_ms),
         protocol=protocol,
+        **conditions,
     )
+
+
+class _Clock:
+    """One timed call: flush, then the device's clock around `fn(*args)` (milliseconds)."""
+
+    def __init__(self, device: torch.device, flush_cache: bool):
+        self.cuda = device.type == "cuda"
+        self.flush = _Flusher(device, flush_cache)
+
+    def __call__(self, fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, float]:
+        self.flush()
+        if self.cuda:
+            start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+            _synchronize()
+            _record(start)
+            out = fn(*args)
+            _synchronize()  # device-wide: side-stream work is inside the interval
+            _record(end)
+            _event_sync(end)
+            return out, _elapsed(start, end)
+        t0 = _perf_counter()
+        out = fn(*args)
+        return out, (_perf_counter() - t0) * 1e3
+
+    @property
+    def name(self) -> str:
+        return "cuda-events+device-sync" if self.cuda else "wall-clock"
 
 
 def time_calls(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], device: torch.device,
@@ -82,33 +120,15 @@ def time_calls(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], devi
 
 def _time_calls(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], device: torch.device,
                 cfg: TimingConfig) -> TimingStats:
-    flush = _Flusher(device, cfg.flush_cache)
+    clock = _Clock(device, cfg.flush_cache)
     n = len(input_sets)
-    cuda = device.type == "cuda"
     with torch.no_grad():
         for i in range(cfg.warmup):
             fn(*input_sets[i % n])
-        if cuda:
+        if clock.cuda:
             _synchronize()
-        samples: list[float] = []
-        for i in range(cfg.iters):
-            inputs = input_sets[i % n]
-            flush()
-            if cuda:
-                start, end = _Event(enable_timing=True), _Event(enable_timing=True)
-                _synchronize()
-                _record(start)
-                fn(*inputs)
-                _synchronize()  # device-wide: side-stream work is inside the interval
-                _record(end)
-                _event_sync(end)
-                samples.append(_elapsed(start, end))
-            else:
-                t0 = _perf_counter()
-                fn(*inputs)
-                samples.append((_perf_counter() - t0) * 1e3)
-    clock = "cuda-events+device-sync" if cuda else "wall-clock"
-    protocol = (f"{clock}, {cfg.warmup} warm-up, {cfg.iters} timed calls, "
+        samples = [clock(fn, input_sets[i % n])[1] for i in range(cfg.iters)]
+    protocol = (f"{clock.name}, {cfg.warmup} warm-up, {cfg.iters} timed calls, "
                 f"{'cache flushed per call' if cfg.flush_cache else 'no cache flush'}, {n} rotating input sets")
     return _stats(samples, protocol)
 
@@ -116,3 +136,132 @@ def _time_calls(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], dev
 def faster_beyond_noise(cand: TimingStats, ref: TimingStats) -> bool:
     """Faster only if the interquartile ranges do not overlap: candidate p75 below reference p25."""
     return cand.p75_ms < ref.p25_ms
+
+
+# --- the candidate against the reference ------------------------------------------------------
+
+class TimedCallRejected(Exception):
+    """A check between timed calls failed: the candidate gamed (or broke) the timed calls."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason, self.message = reason, message
+
+
+@dataclass
+class PairTiming:
+    candidate: TimingStats
+    reference: TimingStats
+
+
+@dataclass(frozen=True)
+class MachineLoad:
+    load: Optional[float]  # 1-minute load average
+    others_runnable: Optional[int]  # runnable tasks on the machine other than this one
+
+
+def machine_load() -> MachineLoad:
+    """/proc/loadavg's 1-minute average and runnable-task count (this process's one excluded)."""
+    try:
+        with open("/proc/loadavg") as f:
+            fields = f.read().split()
+        return MachineLoad(float(fields[0]), max(0, int(fields[3].split("/")[0]) - 1))
+    except (OSError, ValueError, IndexError):
+        try:
+            return MachineLoad(os.getloadavg()[0], None)
+        except OSError:
+            return MachineLoad(None, None)
+
+
+def free_cpu_threads(load: MachineLoad) -> int:
+    """Intra-op threads to time with: torch's count, but no more than the cores nobody else is
+    running on. A multithreaded reference whose threads wait for a busy core spins at every
+    OpenMP barrier (measured here: 100x slower) while a single-threaded candidate barely notices,
+    so timing both on the free cores keeps the comparison honest."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    busy = load.others_runnable or 0
+    return max(1, min(torch.get_num_threads(), cores - busy))
+
+
+def _tensor_bytes(values: Any) -> int:
+    from kernelwright.evaluate.compare import flatten
+
+    return sum(t.numel() * t.element_size() for t in flatten(values) if isinstance(t, torch.Tensor))
+
+
+def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
+    """A private copy of an input set: tensors cloned, anything else deep-copied."""
+    import copy
+
+    return [x.clone() if isinstance(x, torch.Tensor) else copy.deepcopy(x) for x in inputs]
+
+
+def time_pair(candidate: Callable[..., Any], reference: Callable[..., Any], draw: Callable[[], list[Any]],
+              check: Callable[[Any, Any], Optional[str]], device: torch.device, cfg: TimingConfig,
+              bandwidth: Optional[float] = None) -> PairTiming:
+    """Median and IQR of the candidate and of the reference, timed call by call in alternation.
+
+    `draw()` returns a fresh set of inputs (fresh values; the caller draws them from a seed the
+    candidate cannot predict). `check(ref_out, cand_out)` returns a mismatch message or None.
+    Raises TimedCallRejected when the candidate changed its inputs or returned a wrong output
+    in any call of the loop. `bandwidth` (bytes/s) gives the records their floor.
+    """
+    from kernelwright.evaluate.compare import identical
+
+    clock = _Clock(device, cfg.flush_cache)
+    before = machine_load()
+    threads = free_cpu_threads(before) if not clock.cuda else None
+    saved_threads = torch.get_num_threads()
+    samples_c: list[float] = []
+    samples_r: list[float] = []
+    floor_bytes = 0
+    held: list[Any] = []  # the previous call's inputs: alive, so the new ones get another address
+    with DeviceLock(str(device)), torch.no_grad():
+        if threads is not None:
+            torch.set_num_threads(threads)
+        try:
+            for i in range(cfg.warmup + cfg.iters):
+                ref_in = draw()
+                cand_in = clone_inputs(ref_in)
+                held = cand_in
+                # The candidate runs first: memory it did not write cannot hold this call's answer.
+                out_c, ms_c = clock(candidate, cand_in)
+                out_r, ms_r = clock(reference, ref_in)
+                if i >= cfg.warmup:
+                    samples_c.append(ms_c)
+                    samples_r.append(ms_r)
+                which = f"timed call {i - cfg.warmup + 1}" if i >= cfg.warmup else f"warm-up call {i + 1}"
+                if not identical(cand_in, ref_in):
+                    raise TimedCallRejected(
+                        "modified its inputs in place during timing",
+                        f"the candidate resized or rewrote its inputs in place ({which}); the reference's "
+                        "inputs after its call differ")
+                problem = check(out_r, out_c)
+                if problem:
+                    raise TimedCallRejected(
+                        "wrong output on timed calls",
+                        f"correct in the trials, wrong in the timing loop ({which}): {problem}")
+                floor_bytes = _tensor_bytes(ref_in) + _tensor_bytes(out_r)
+                del out_c, out_r, ref_in
+        finally:
+            torch.set_num_threads(saved_threads)
+    del held
+    after = machine_load()
+    floor = floor_bytes / bandwidth * 1e3 if bandwidth else None
+    conditions = dict(checked_calls=cfg.warmup + cfg.iters, threads=threads, load_before=before.load,
+                      load_after=after.load, runnable_before=before.others_runnable,
+                      runnable_after=after.others_runnable, floor_ms=floor)
+    protocol = (f"{clock.name}, candidate and reference alternating, {cfg.warmup} warm-up, {cfg.iters} timed "
+                f"calls, {'cache flushed per call' if cfg.flush_cache else 'no cache flush'}, fresh inputs "
+                f"per call, every output checked" + (f", {threads} thread(s)" if threads else ""))
+    return PairTiming(_stats(samples_c, protocol, **conditions), _stats(samples_r, protocol, **conditions))
+
+
+def below_floor(cand: TimingStats, ref: TimingStats, margin: float = 0.5, min_floor_ms: float = 0.0) -> bool:
+    """The candidate's median is below `margin` x the physical floor of a call. Only where the floor
+    means something: at least `min_floor_ms` (below that, call overheads dominate) and the trusted
+    reference itself above it (a task whose output is a view of its input moves no bytes at all)."""
+    floor = cand.floor_ms
+    if floor is None or floor < min_floor_ms or ref.median_ms < floor:
+        return False
+    return cand.median_ms < margin * floor

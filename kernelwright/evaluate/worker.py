@@ -12,7 +12,8 @@ Order of work, and why:
    candidate is imported (timing.py, compare.py, instrument.py).
 3. In each correctness trial the candidate runs *before* the reference on the same fresh inputs,
    so memory it did not write cannot hold this trial's expected answer.
-4. After timing, one more check on never-seen inputs: a candidate that starts caching once it is
+4. Timing (timing.time_pair) checks every timed call's inputs and output against the reference.
+5. After timing, one more check on never-seen inputs: a candidate that starts caching once it is
    called repeatedly is caught there.
 """
 
@@ -23,6 +24,7 @@ import ctypes
 import importlib.util
 import json
 import os
+import secrets
 import sys
 import time
 import traceback
@@ -37,6 +39,16 @@ try:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 except Exception:  # pragma: no cover - not fatal
     pass
+
+
+# Below these floors (ms) call overheads dominate, and the bandwidth floor says nothing.
+CPU_MIN_FLOOR_MS = 0.05
+GPU_MIN_FLOOR_MS = 0.005
+# A median below this share of the floor is a cheat. The CPU's figure is a copy measured once on a
+# possibly shared machine (and a copy's write-allocate traffic is uncounted, so a read-mostly kernel
+# can beat it by ~1.5x): a wider margin there. The GPU's is the peak table's measured figure.
+CPU_FLOOR_MARGIN = 0.25
+GPU_FLOOR_MARGIN = 0.5
 
 
 class Channel:
@@ -98,11 +110,8 @@ class Worker:
     def _inputs(self, seed: int) -> list[Any]:
         return self.draw.draw_inputs(self.ref_mod.get_inputs, seed, self.device)
 
-    @staticmethod
-    def _clone(inputs: list[Any]) -> list[Any]:
-        import torch
-
-        return [x.clone() if isinstance(x, torch.Tensor) else copy.deepcopy(x) for x in inputs]
+    def _clone(self, inputs: list[Any]) -> list[Any]:
+        return self.timing.clone_inputs(inputs)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -129,6 +138,11 @@ class Worker:
 
             self.torch, self.compare, self.instrument, self.timing = torch, compare, instrument, timing
             self.draw = draw
+            if job.get("time", True) and not job.get("compile_only"):
+                # imported before any candidate code runs
+                from kernelwright.analysis.roofline import cpu_peaks, device_peaks
+
+                self.peaks = (cpu_peaks, device_peaks)
             self.device = torch.device(job["device"])
             # fp32 means fp32: TF32 off for matmul and cuDNN, for the reference and the candidate alike.
             torch.backends.cuda.matmul.allow_tf32 = False
@@ -251,6 +265,9 @@ class Worker:
             raise Finish("syntax_error", f"SyntaxError: {e.msg} (line {e.lineno})") from e
         except Exception as e:
             log = getattr(e, "log", "") or ""
+            full = taxonomy.infrastructure_problem(e, log)
+            if full:  # the machine's failure, not the candidate's: no verdict
+                raise Finish("infrastructure_error", f"{full}; free space under the build cache") from e
             failed_build = any(not b["ok"] for b in counter.builds)
             if not failed_build and not isinstance(e, (ImportError, AttributeError, TypeError)):
                 if self.job.get("compile_only") and _is_no_gpu_error(e):
@@ -286,7 +303,7 @@ class Worker:
             self._sync()
             refs = compare.flatten(out_r)
             if tol is None:
-                tol = compare.tolerance_for(refs, job.get("atol"), job.get("rtol"))
+                tol = self.tol = compare.tolerance_for(refs, job.get("atol"), job.get("rtol"))
                 self.fields["tolerance"] = tol.model_dump()
             result = compare.compare(out_r, out_c, tol, k)
             self.fields["trials"] = k + 1
@@ -329,34 +346,72 @@ class Worker:
                              cheat_reasons=["unsynchronized side-stream work"])
 
     def _timing(self) -> None:
-        timing, job = self.timing, self.job
+        """The candidate against the reference under timing.time_pair: fresh inputs per call from a
+        seed drawn here (os.urandom: nothing the candidate can read or predict), every output
+        checked with the trials' tolerance, inputs checked unchanged after every call."""
+        timing, job, compare = self.timing, self.job, self.compare
         cfg = timing.TimingConfig(**job["timing"])
-        sets = [self._inputs(job["seed"] + 1000 + i) for i in range(job["input_sets"])]
-        cand = timing.time_calls(self.new_model, sets, self.device, cfg)
-        ref = timing.time_calls(self.ref_model, sets, self.device, cfg)
+
+        def draw() -> list[Any]:
+            return self._inputs(secrets.randbits(31))
+
+        def check(out_r: Any, out_c: Any) -> Optional[str]:
+            result = compare.compare(out_r, out_c, self.tol, -1)
+            return None if result.ok else result.message
+
+        try:
+            pair = timing.time_pair(self.new_model, self.ref_model, draw, check, self.device, cfg,
+                                    self._bandwidth())
+        except timing.TimedCallRejected as e:
+            raise Finish("cheat", e.message, cheat_reasons=[e.reason]) from e
+        cand, ref = pair.candidate, pair.reference
         self.fields["timing"], self.fields["ref_timing"] = cand.model_dump(), ref.model_dump()
         self.fields["runtime_ms"], self.fields["ref_runtime_ms"] = cand.median_ms, ref.median_ms
+        cuda = self.device.type == "cuda"
+        margin = GPU_FLOOR_MARGIN if cuda else CPU_FLOOR_MARGIN
+        if timing.below_floor(cand, ref, margin, GPU_MIN_FLOOR_MS if cuda else CPU_MIN_FLOOR_MS):
+            # Every output was right and yet no memory system moves those bytes that fast: the
+            # work happened outside the interval (a thread or stream the checks missed).
+            raise Finish("cheat", f"median {cand.median_ms:.4g} ms is below {margin:g}x the physical floor of a call "
+                         f"({cand.floor_ms:.4g} ms: its input and output bytes over the memory bandwidth)",
+                         cheat_reasons=["time below the physical floor"])
         speedup = ref.median_ms / cand.median_ms if cand.median_ms > 0 else None
         self.fields["speedup"] = speedup
         self.fields["faster"] = bool(speedup and speedup > 1 and timing.faster_beyond_noise(cand, ref))
         if speedup and speedup > 10:
             self.fields.setdefault("flags", []).append("speedup_above_10x: review before trusting")
         if job.get("compile_baseline"):
+            sets = [self._inputs(job["seed"] + 1000 + i) for i in range(job["input_sets"])]
             self._compile_baseline(sets, cfg, cand)
+
+    def _bandwidth(self) -> Optional[float]:
+        """Memory bandwidth for the floor: measured on this CPU (cached per machine in the cache
+        folder), the table's figure for a known GPU; None for a GPU we have no figure for."""
+        from pathlib import Path
+
+        cpu_peaks, device_peaks = self.peaks
+        if self.device.type == "cuda":
+            peaks = device_peaks(str(self.device))
+            return peaks.bandwidth if peaks.sources.get("bandwidth") != "assumed" else None
+        return cpu_peaks(Path(self.job["builds_root"]).parent).bandwidth
 
     def _compile_baseline(self, sets: list, cfg: Any, cand: Any) -> None:
         """torch.compile(reference), timed like the rest. A compile that fails here is a fact about
         this machine (no C++ compiler for inductor, an unsupported op), recorded, not a verdict."""
         timing, inst = self.timing, self.instrument
         threads, children = inst.python_threads(), inst.child_pids()
+        saved = self.torch.get_num_threads()
         try:
             compiled = self.torch.compile(self.ref_model)
+            if cand.threads:
+                self.torch.set_num_threads(cand.threads)  # the threads the candidate was timed with
             comp = timing.time_calls(compiled, sets, self.device, cfg)
         except Exception as e:  # noqa: BLE001 -- any failure of the baseline is reported as such
             text = str(e).strip()
             self.fields["compile_baseline_error"] = f"{type(e).__name__}: {text.splitlines()[0][:200] if text else ''}"
             return
         finally:
+            self.torch.set_num_threads(saved)
             # inductor's compile threads and workers are ours, not the candidate's
             self.baseline_threads = inst.python_threads() - threads
             self.baseline_children = inst.child_pids() - children

@@ -72,6 +72,7 @@ def optimize_cmd(
                        samples=samples, turns=turns, rounds=rounds, seed=seed, max_tokens=max_tokens,
                        scaffold=is_embedded(model) if scaffold is None else scaffold, eval_timeout=timeout,
                        iters=iters, time=not no_timing)
+        inp.eval_config(opts)  # bad evaluator options fail here, before any profiling
         check_runnable(parse_regime(regime, target=tgt))  # a bad spec fails here, not after the profiling
         checked = inp.check_runs(task, dev)
         backend = make_backend(model)

@@ -16,7 +16,7 @@ import ast
 import os
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel
 
@@ -122,6 +122,16 @@ def resolve_device(device: Optional[str]) -> str:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         return validate_device(device)
+    except EvaluatorError as e:
+        raise InputError(str(e)) from None
+
+
+def eval_config(opts: Any) -> Any:
+    """The evaluator's settings for an optimize run (an optimize Options); bad values are bad input."""
+    from kernelwright.evaluate import EvalConfig, EvaluatorError
+
+    try:
+        return EvalConfig(device=opts.device, timeout=opts.eval_timeout, iters=opts.iters, time=opts.time)
     except EvaluatorError as e:
         raise InputError(str(e)) from None
 

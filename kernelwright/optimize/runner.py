@@ -16,11 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from kernelwright.evaluate import EvalConfig, EvaluatorError, GPUUnavailableError
+from kernelwright.evaluate import EvaluatorError, GPUUnavailableError
 from kernelwright.llm.base import Backend, BackendError, first_line
 from kernelwright.optimize import baseline as baseline_mod
 from kernelwright.optimize.budget import Budget, BudgetedBackend, BudgetSpent
-from kernelwright.optimize.inputs import InputError
+from kernelwright.optimize.inputs import InputError, eval_config
 from kernelwright.optimize.records import (EXIT_BAD_INPUT, EXIT_FASTER, EXIT_GPU_GONE, EXIT_INTERRUPTED,
                                            EXIT_NOT_FASTER, Baseline, Options, Outcome)
 from kernelwright.records import Attempt, Task
@@ -87,7 +87,7 @@ def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget:
             outcome.route = f"{e['regime']}: {e['reason']}"
         progress(e)
 
-    eval_cfg = EvalConfig(device=opts.device, timeout=opts.eval_timeout, iters=opts.iters, time=opts.time)
+    eval_cfg = eval_config(opts)
     model = BudgetedBackend(backend, budget)
     try:
         while True:

@@ -71,6 +71,17 @@ class EvalSettings(BaseModel):
 
         return EvalConfig(device=device, cache_dir=cache_dir, **self.model_dump())
 
+    @model_validator(mode="after")
+    def _valid_for_the_evaluator(self) -> "EvalSettings":
+        # EvalConfig holds the rules; checked when the spec loads, not when the first cell runs
+        from kernelwright.evaluate import EvaluatorError
+
+        try:
+            self.to_config("cpu", None)
+        except EvaluatorError as e:
+            raise ValueError(str(e)) from None
+        return self
+
 
 def device_kind(device: str) -> str:
     return "cpu" if device == "cpu" else "cuda"

@@ -137,3 +137,14 @@ def test_retrieval_library_missing_is_one_line_before_anything(tmp_path, empty_m
                         "--device", "cpu", "--out", str(tmp_path / "out2"), "--regime", "routed+no_retrieval",
                         "--rounds", "1", "--iters", "5"], capture_output=True, text=True, timeout=300, env=env)
     assert "PyStemmer" not in p.stderr and "checked: it imports" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("flag,value", [("--iters", "0"), ("--timeout", "-1")])
+def test_bad_evaluator_option_is_one_line_before_anything(flag, value, tmp_path, empty_model):
+    f = tmp_path / "good.py"
+    f.write_text(GOOD)
+    out = tmp_path / "out"
+    line = _one_error_line(optimize(str(f), f"{flag}={value}", "--model", empty_model, "--out", str(out),
+                                    "--device", "cpu"))
+    assert flag.lstrip("-") in line, line
+    assert not (out / "attempts.jsonl").exists()

@@ -1,0 +1,141 @@
+"""Timing that cannot be gamed (issue #16): hostile candidates aimed at the timing loop, each
+through the real evaluator (a real child process, a real C++ build), each with its verdict.
+
+The C++ fixtures share one extension (kw_fixture_timing, built once per session). Its honest
+kernel busy-waits 1 ms per call, so a memo that served timed calls would show as a median below
+1 ms: with fresh values at fresh addresses in every call, none does.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelwright.evaluate import EvalConfig, EvaluatorError, evaluate
+from kernelwright.records import Verdict
+from kernelwright.tasks import load_task
+
+from tests.conftest import CANDIDATES, TASKS
+
+HOSTILE = CANDIDATES / "cpu" / "hostile"
+KERNEL_FLOOR_MS = 1.0  # the fixtures' busy wait
+
+
+@pytest.fixture(scope="module")
+def bias_relu():
+    return load_task(str(TASKS / "bias_relu.py"))
+
+
+def run(task, name, cfg):
+    return evaluate(task, (HOSTILE / name).read_text(), cfg)
+
+
+MEMOS = ["timing_memo_ptr.py", "timing_memo_id.py", "timing_memo_values.py", "timing_memo_cpp.py"]
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("name", MEMOS)
+def test_memo_never_serves_a_timed_call(bias_relu, fast_cfg, name):
+    r = run(bias_relu, name, fast_cfg())
+    assert r.verdict == Verdict.CORRECT, (r.error, r.output_tail)
+    # every timed call computed: the median includes the kernel's busy wait
+    assert r.runtime_ms >= KERNEL_FLOOR_MS and r.timing.p25_ms >= KERNEL_FLOOR_MS, r.timing
+    assert r.timing.checked_calls == 3 + 20
+
+
+# (fixture, verdict, reason the record names, verdict with static rules off or None)
+CHEATS = [
+    ("timing_first_calls.py", Verdict.CHEAT, "wrong output on timed calls", None),
+    ("timing_stale_output.py", Verdict.CHEAT, "wrong output on timed calls", None),
+    ("timing_stale_cpp.py", Verdict.CHEAT, "wrong output on timed calls", None),
+    ("timing_resize_inputs.py", Verdict.CHEAT, "modified its inputs in place during timing", None),
+    ("timing_resize_cpp.py", Verdict.CHEAT, "modified its inputs in place during timing", None),
+    ("timing_correctness_only.py", Verdict.STATIC_VIOLATION, "wrong output on timed calls", Verdict.CHEAT),
+]
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("name,verdict,reason,dynamic", CHEATS, ids=[c[0] for c in CHEATS])
+def test_gaming_the_timed_calls_is_a_cheat(bias_relu, fast_cfg, name, verdict, reason, dynamic):
+    r = run(bias_relu, name, fast_cfg())
+    assert r.verdict == verdict, (r.error, r.output_tail)
+    if dynamic is not None:
+        r = run(bias_relu, name, fast_cfg(static_checks=False))
+        assert r.verdict == dynamic, (r.error, r.output_tail)
+    assert reason in r.cheat_reasons, (r.cheat_reasons, r.error)
+    assert r.speedup is None and not r.correct
+
+
+@pytest.mark.build
+def test_honest_candidate_timing_record(bias_relu, fast_cfg):
+    r = evaluate(bias_relu, (CANDIDATES / "cpu" / "correct_cpp.py").read_text(), fast_cfg())
+    assert r.verdict == Verdict.CORRECT, r.error
+    for t in (r.timing, r.ref_timing):
+        assert t.calls == 20 and t.checked_calls == 23
+        assert t.threads is not None and t.threads >= 1
+        assert t.runnable_before is not None and t.load_before is not None and t.load_after is not None
+        assert t.floor_ms is not None and t.floor_ms > 0
+        assert "fresh inputs per call" in t.protocol
+    assert r.timing.threads == r.ref_timing.threads
+
+
+@pytest.mark.parametrize("field,value", [("trials", 0), ("iters", 0), ("warmup", -1), ("input_sets", 0),
+                                         ("timeout", -5.0), ("timeout", 0), ("atol", -1e-4), ("rtol", float("nan")),
+                                         ("iters", 2.5), ("trials", True)])
+def test_bad_evaluator_options_are_bad_input(field, value):
+    with pytest.raises(EvaluatorError, match=field):
+        EvalConfig(**{field: value})
+
+
+def test_good_evaluator_options_pass():
+    EvalConfig(trials=1, iters=1, warmup=0, input_sets=1, timeout=0.5, atol=0.0, rtol=1e-2)
+
+
+def test_study_spec_rejects_bad_evaluator_options(tmp_path):
+    from kernelwright.study.spec import StudySpecError, load_spec
+
+    with pytest.raises(StudySpecError, match="iters"):
+        load_spec(None, {"out": str(tmp_path), "eval.iters": 0})
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 1 MB tmpfs: a build cache that fills up (needs root; skipped where mount is refused)."""
+    import subprocess
+
+    mount = tmp_path / "full"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+@pytest.mark.build
+def test_full_build_cache_is_an_infrastructure_error(bias_relu, fast_cfg, tiny_disk):
+    from kernelwright.evaluate import InfrastructureError
+
+    source = (CANDIDATES / "cpu" / "correct_cpp.py").read_text()
+    with pytest.raises(InfrastructureError, match="no space left on device"):
+        evaluate(bias_relu, source, fast_cfg(cache_dir=str(tiny_disk), time=False))
+
+
+def _stats(median_ms, floor_ms):
+    from kernelwright.records import TimingStats
+
+    return TimingStats(median_ms=median_ms, p25_ms=median_ms, p75_ms=median_ms, mean_ms=median_ms, calls=1,
+                       protocol="test", floor_ms=floor_ms)
+
+
+@pytest.mark.parametrize("cand_ms,ref_ms,floor_ms,expected", [
+    (0.01, 5.0, 1.0, True),     # far below a floor the reference respects: no real call is that fast
+    (0.6, 5.0, 1.0, False),     # above half the floor
+    (0.01, 0.5, 1.0, False),    # the reference itself beats the floor: the model does not fit this task
+    (0.001, 5.0, 0.01, False),  # floor under the minimum: call overheads dominate
+    (0.01, 5.0, None, False),   # no bandwidth figure: no floor
+])
+def test_below_floor(cand_ms, ref_ms, floor_ms, expected):
+    from kernelwright.evaluate.timing import below_floor
+
+    assert below_floor(_stats(cand_ms, floor_ms), _stats(ref_ms, floor_ms), 0.5, 0.05) is expected
