@@ -147,7 +147,7 @@ class Confinement(BaseModel):
     die_with_parent: bool = False  # killed when the evaluating process dies
     caps_dropped: bool = False  # no capabilities (cannot remount, escape a cgroup, ...)
     memory_limit_mb: Optional[int] = None
-    memory_via: Optional[str] = None  # cgroup_v2 | cgroup_v1 | rlimit_as
+    memory_via: Optional[str] = None  # cgroup_v2 | cgroup_v1 | rlimit_data
     process_limit: Optional[int] = None
     process_via: Optional[str] = None  # cgroup_v2 | cgroup_v1 | rlimit_nproc
     cpu_limit_s: Optional[int] = None  # RLIMIT_CPU per process, a backstop to the wall clock

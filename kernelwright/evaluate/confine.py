@@ -11,8 +11,9 @@ what holds it is the operating system:
   no_new_privs (so it can neither remount nor write root-owned kernel files such as
   cgroup.procs or /proc/sys), death when the evaluating process dies;
 - limits: a cgroup (v2, or v1's memory and pids hierarchies) for memory and processes, falling
-  back to RLIMIT_AS (CPU only: CUDA reserves huge address ranges) and RLIMIT_NPROC; RLIMIT_CPU
-  as a backstop to the wall clock; no core dumps;
+  back to RLIMIT_DATA (private writable memory; unlike RLIMIT_AS it leaves CUDA's huge address
+  reservations alone: checked on the H200, whose container cannot delegate a memory cgroup) and
+  RLIMIT_NPROC; RLIMIT_CPU as a backstop to the wall clock; no core dumps;
 - the environment is an allowlist (evaluator.py builds it), recorded as `env_scrubbed`.
 
 What this machine offers is detected once per process (`offer()`), by running the mechanism, not
@@ -235,17 +236,15 @@ class Cgroup:
 class Limits:
     memory_bytes: int
     cpu_seconds: int
-    uses_cuda: bool  # RLIMIT_AS breaks CUDA: memory then needs a cgroup
 
     @staticmethod
-    def for_run(timeout: float, uses_cuda: bool) -> Limits:
+    def for_run(timeout: float) -> Limits:
         try:
             ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError):
             ram = 16 << 30
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return Limits(memory_bytes=max(4 << 30, ram // 2), cpu_seconds=int(timeout * max(1, cores)) + 60,
-                      uses_cuda=uses_cuda)
+        return Limits(memory_bytes=max(4 << 30, ram // 2), cpu_seconds=int(timeout * max(1, cores)) + 60)
 
 
 _BWRAP_FLAGS = ["--die-with-parent", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
@@ -328,9 +327,9 @@ def box(inner: list[str], scratch: str, visible: list[str], limits: Limits, env_
     if here.prlimit:
         rl = [f"--cpu={limits.cpu_seconds}", "--core=0"]
         rec.cpu_limit_s = limits.cpu_seconds
-        if cg is None and not limits.uses_cuda:
-            rl.append(f"--as={limits.memory_bytes}")
-            rec.memory_limit_mb, rec.memory_via = limits.memory_bytes >> 20, "rlimit_as"
+        if cg is None:
+            rl.append(f"--data={limits.memory_bytes}")
+            rec.memory_limit_mb, rec.memory_via = limits.memory_bytes >> 20, "rlimit_data"
         if cg is None and caps_dropped:
             # root ignores RLIMIT_NPROC only while it holds CAP_SYS_RESOURCE/ADMIN, which the box drops
             nproc = _uid0_tasks() + PROCESS_LIMIT if os.getuid() == 0 else PROCESS_LIMIT

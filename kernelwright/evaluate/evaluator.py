@@ -281,14 +281,13 @@ def sandbox_env(cfg: EvalConfig) -> dict[str, str]:
     return _environment(cfg, cfg.device)
 
 
-def sandbox_hold(cfg: EvalConfig, prebuild: bool = False) -> sandbox.Confine:
+def sandbox_hold(cfg: EvalConfig) -> sandbox.Confine:
     """How a worker for `cfg` is confined: its limits and what it may read under /tmp."""
     root = builds_root(cfg)
     root.mkdir(parents=True, exist_ok=True)  # bound read-only into the sandbox: it must exist
-    uses_cuda = cfg.device.startswith("cuda") and not (cfg.compile_only or prebuild)
     visible = {str(root.resolve()), _PKG_ROOT, sys.prefix, sys.base_prefix,
                *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)}
-    return sandbox.Confine(limits=confine.Limits.for_run(cfg.timeout, uses_cuda),
+    return sandbox.Confine(limits=confine.Limits.for_run(cfg.timeout),
                            visible=tuple(sorted(os.path.realpath(p) for p in visible)),
                            env_scrubbed=True, required=not cfg.unconfined)
 
@@ -299,7 +298,7 @@ def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig, run:
     if cfg.unconfined:
         _warn_unconfined()
     try:
-        outcome = run(job, timeout=cfg.timeout, env=sandbox_env(cfg), held=sandbox_hold(cfg, prebuild))
+        outcome = run(job, timeout=cfg.timeout, env=sandbox_env(cfg), held=sandbox_hold(cfg))
     except confine.ConfinementUnavailable as e:
         raise ConfinementError(str(e)) from None
     try:

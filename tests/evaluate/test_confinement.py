@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -187,6 +188,16 @@ def test_a_compiler_hanging_in_its_own_session_dies_with_the_timeout(watched, me
     # the shell command in the flags hangs before the compiler starts: no build happens
     result = watched("cflags_sleep.py", mechanism, timeout=20.0)
     assert result.verdict == Verdict.TIMEOUT and "compile" in result.error
+
+
+def test_without_a_cgroup_the_limits_are_rlimits_and_hold(watched, monkeypatch):
+    # the H200's case: no delegable cgroup. RLIMIT_DATA refuses the allocation before any page is used.
+    real = confine.offer()
+    monkeypatch.setattr(confine, "offer", lambda: replace(real, cgroup=None))
+    result = watched("memory_hog.py", MECHANISMS[0])
+    held = result.confinement
+    assert held.memory_via == "rlimit_data" and held.process_via == "rlimit_nproc" and held.trusted
+    assert result.verdict == Verdict.RUNTIME_ERROR and "MemoryError" in result.error
 
 
 # -- without containment the same fixtures do harm: the checks above can fail -----------------------
