@@ -9,6 +9,7 @@ of it left, no file outside its scratch changed, no secret in any field of the r
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -98,14 +99,19 @@ class Listener:
 
 
 @pytest.fixture
-def study(tmp_path):
-    """A study's files where the hostile fixtures look for them (/var/tmp/kw-victims-*)."""
-    folder = Path(tempfile.mkdtemp(prefix="kw-victims-", dir="/var/tmp"))
-    shutil.copy(TASKS / "bias_relu.py", folder / "task.py")
-    (folder / "candidate.py").write_text("# the candidate file as the study stored it\n")
-    (folder / "cells.jsonl").write_text('{"cell": 1}\n')
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
+def study(request):
+    """A study's files where the hostile fixtures look for them (/var/tmp/kw-victims-*). The
+    unconfined test's attack lands on every such folder: it holds the lock alone (test runs in
+    other processes wait), the confined tests share it."""
+    with open("/var/tmp/kw-victims.lock", "a") as lock:
+        unconfined = "unconfined" in request.node.name
+        fcntl.flock(lock, fcntl.LOCK_EX if unconfined else fcntl.LOCK_SH)
+        folder = Path(tempfile.mkdtemp(prefix="kw-victims-", dir="/var/tmp"))
+        shutil.copy(TASKS / "bias_relu.py", folder / "task.py")
+        (folder / "candidate.py").write_text("# the candidate file as the study stored it\n")
+        (folder / "cells.jsonl").write_text('{"cell": 1}\n')
+        yield folder
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
