@@ -52,6 +52,17 @@ def tasks_cmd(spec: str = typer.Argument("builtin", help="A file, a folder, buil
     out.print(f"{len(tasks)} task(s)")
 
 
+UNCONFINED_HELP = ("Run candidates even where a required OS protection (bubblewrap/namespaces, cgroups) is "
+                   "missing here; results are marked untrusted. Never for results anyone relies on.")
+
+
+def warn_unconfined(unconfined: bool) -> bool:
+    if unconfined:
+        err.print("[bold red]UNCONFINED[/]: candidate code may run without network, filesystem or process "
+                  "containment on this machine; every result is marked confinement.trusted=false")
+    return unconfined
+
+
 @app.command("eval")
 def eval_cmd(
     task: str = typer.Option(..., "--task", "-t", help="A task file, a built-in task id/name, or a spec selecting one task."),
@@ -68,6 +79,7 @@ def eval_cmd(
     size: str = typer.Option("auto", help="Task size: small, full, or auto (small on CPU, full on GPU)."),
     seed: int = typer.Option(42, help="Base seed for parameters and inputs."),
     no_timing: bool = typer.Option(False, "--no-timing", help="Check correctness only."),
+    unconfined: bool = typer.Option(False, "--unconfined", help=UNCONFINED_HELP),
 ) -> None:
     """Evaluate one candidate against one task: compile, check, prove custom code ran, time."""
     from kernelwright.evaluate import EvalConfig, EvaluatorError, GPUUnavailableError, evaluate
@@ -87,7 +99,8 @@ def eval_cmd(
         fail(str(e))
     try:
         cfg = EvalConfig(device=device, timeout=timeout, trials=trials, atol=atol, rtol=rtol, iters=iters,
-                         warmup=warmup, compile_only=compile_only, size=size, seed=seed, time=not no_timing)
+                         warmup=warmup, compile_only=compile_only, size=size, seed=seed, time=not no_timing,
+                         unconfined=warn_unconfined(unconfined))
         result = evaluate(the_task, text, cfg)
     except GPUUnavailableError as e:
         if e.result is not None and json_out:
@@ -153,6 +166,7 @@ def run_cmd(
     scaffold: Optional[bool] = typer.Option(None, "--scaffold/--no-scaffold", help="Scaffolded generation: the system "
                                             "writes the program, the model fills one region (default: on for the "
                                             "embedded models, off for others)."),
+    unconfined: bool = typer.Option(False, "--unconfined", help=UNCONFINED_HELP),
 ) -> None:
     """Run one interaction regime on one task with a model, evaluating every candidate."""
     from kernelwright.evaluate import EvalConfig, EvaluatorError
@@ -174,7 +188,7 @@ def run_cmd(
         from kernelwright.evaluate.evaluator import validate_device
 
         validate_device(device)
-        cfg = EvalConfig(device=device, timeout=timeout, iters=iters)
+        cfg = EvalConfig(device=device, timeout=timeout, iters=iters, unconfined=warn_unconfined(unconfined))
         backend = make_backend(model)
     except (RegimeError, TaskError, EvaluatorError, BackendError) as e:
         fail(str(e))

@@ -142,6 +142,27 @@ class Mismatch(BaseModel):
         return "; ".join(parts) or (self.detail or "")
 
 
+class Confinement(BaseModel):
+    """Which OS protections held the candidate's process and its builds (evaluate/confine.py).
+    A result is `trusted` only when every required protection was active; `missing` names the
+    ones that were not (possible only with EvalConfig.unconfined)."""
+
+    mechanism: str = "none"  # bwrap | unshare | none
+    env_scrubbed: bool = False  # the worker got an allowlisted environment (no keys or tokens)
+    network: bool = False  # an empty network namespace: no route to any host or local service
+    filesystem: bool = False  # read-only everywhere except its private scratch folder
+    pid_namespace: bool = False  # its own PID namespace: one kill ends the whole tree
+    die_with_parent: bool = False  # killed when the evaluating process dies
+    caps_dropped: bool = False  # no capabilities (cannot remount, escape a cgroup, ...)
+    memory_limit_mb: Optional[int] = None
+    memory_via: Optional[str] = None  # cgroup_v2 | cgroup_v1 | rlimit_data
+    process_limit: Optional[int] = None
+    process_via: Optional[str] = None  # cgroup_v2 | cgroup_v1 | rlimit_nproc
+    cpu_limit_s: Optional[int] = None  # RLIMIT_CPU per process, a backstop to the wall clock
+    missing: list[str] = Field(default_factory=list)
+    trusted: bool = False
+
+
 class EvalResult(BaseModel):
     """The one record the evaluator returns for a candidate; `--json` prints exactly this."""
 
@@ -179,6 +200,8 @@ class EvalResult(BaseModel):
     gpu_healthy: Optional[bool] = None  # probed after a timeout or crash on a GPU
     output_tail: Optional[str] = None  # capped stdout/stderr of the child, for debugging
     versions: dict[str, str] = Field(default_factory=dict)
+    # None: no candidate code ran (decided before the sandbox)
+    confinement: Optional[Confinement] = None
 
     def to_json(self, **kw: Any) -> str:
         return self.model_dump_json(**kw)

@@ -28,6 +28,15 @@ if [ "$what" = "test" ] && ! command -v chromium >/dev/null 2>&1; then
     echo "note: could not install chromium (apt-get); the headless-browser report test will skip" >&2
   fi
 fi
+if [ "$what" = "test" ] && ! command -v bwrap >/dev/null 2>&1; then
+  # The evaluator confines candidates with bubblewrap where it works (evaluate/confine.py; util-linux
+  # `unshare` is the fallback). A no-op when present.
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo -n"
+  if ! (export DEBIAN_FRONTEND=noninteractive; $sudo apt-get update -qq && \
+        $sudo apt-get install -y -qq --no-install-recommends bubblewrap) >/dev/null 2>&1; then
+    echo "note: could not install bubblewrap (apt-get); the evaluator falls back to unshare" >&2
+  fi
+fi
 case "$what" in
   test)  pip install -q -e '.[test,local,openai,hf]' ;;
   local) pip install -q -e '.[local]' ;;

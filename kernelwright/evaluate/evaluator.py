@@ -13,20 +13,20 @@ import re
 import logging
 import os
 import shutil
-import tempfile
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from kernelwright import pyast
-from kernelwright.evaluate import sandbox
+from kernelwright.evaluate import buildcache, confine, sandbox
 from kernelwright.evaluate.static_checks import check_source
 from kernelwright.extract import extract_code
 from kernelwright.records import EvalResult, Finding, Stage, Task, Verdict, sha256_text
 
 log = logging.getLogger(__name__)
 
-# sandbox.run_job's signature: (job, *, timeout, env, cwd) -> SandboxOutcome
+# sandbox.run_job's signature: (job, *, timeout, env, held) -> SandboxOutcome
 SandboxRun = Callable[..., sandbox.SandboxOutcome]
 
 DEFAULT_TIMEOUT_S = 240.0
@@ -39,6 +39,10 @@ class EvaluatorError(Exception):
 class InfrastructureError(EvaluatorError):
     """The machine could not run the evaluation (e.g. the build cache's disk is full): not the
     candidate's outcome, so no verdict; every later evaluation would fail the same way."""
+
+
+class ConfinementError(EvaluatorError):
+    """A required OS protection is missing here (EvalConfig.unconfined runs anyway, untrusted)."""
 
 
 class GPUUnavailableError(EvaluatorError):
@@ -72,7 +76,10 @@ class EvalConfig:
     size: str = "auto"  # small | full | auto (small on CPU, full on GPU)
     cache_dir: Optional[str] = None
     keep_workdir: bool = False
-    extra_env: dict[str, str] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)  # added after the allowlist: trusted input
+    # Run even where a required OS protection is missing (evaluate/confine.py); such results say
+    # `confinement.trusted = false`. Never for results anyone relies on.
+    unconfined: bool = False
 
     def __post_init__(self) -> None:
         # The one check of the evaluator's own options: the CLI, studies and optimize all build an
@@ -232,13 +239,25 @@ def resolve_size(device: str, size: str = "auto") -> str:
     return "small" if device == "cpu" else "full"
 
 
-def _environment(cfg: EvalConfig, root: Path, device: str) -> dict[str, str]:
-    env = dict(os.environ)
+# What a worker may inherit from the caller's environment: what Python, torch, the compilers and
+# CUDA need, and nothing else (API keys and tokens stay out of the candidate's reach, and so out
+# of its output and every record). Names that look secret are dropped even when allowed.
+_ENV_NAMES = {"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV",
+              "CC", "CXX", "NVCC", "MAX_JOBS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+              "NUMEXPR_NUM_THREADS"}
+_ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TORCH_", "TORCHINDUCTOR_", "PYTORCH_", "TRITON_", "KERNELWRIGHT_")
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE", re.IGNORECASE)
+
+
+def allowed_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items()
+            if (k in _ENV_NAMES or k.startswith(_ENV_PREFIXES)) and not _SECRET.search(k)}
+
+
+def _environment(cfg: EvalConfig, device: str) -> dict[str, str]:
+    env = allowed_env(dict(os.environ))
     env.update({
         "KERNELWRIGHT_SIZE": resolve_size(cfg.device, cfg.size),
-        # load_inline builds are keyed by source hash (instrument.py); these catch the rest.
-        "TORCH_EXTENSIONS_DIR": str(root / "torch_extensions"),
-        "TRITON_CACHE_DIR": str(root / "triton" / device.replace(":", "")),
         "MAX_JOBS": env.get("MAX_JOBS", str(max(1, os.cpu_count() or 1))),
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -251,15 +270,18 @@ def _environment(cfg: EvalConfig, root: Path, device: str) -> dict[str, str]:
         if home and "CUDA_HOME" not in env:
             env["CUDA_HOME"] = home
     # The worker must import this package even when it is not installed (a source checkout).
-    pkg_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PKG_ROOT, env.get("PYTHONPATH", "")) if p)
     env.update(cfg.extra_env)
     return env
 
 
-def make_job(task: Task, code: str, cfg: EvalConfig, workdir: str, prebuild: bool = False) -> dict[str, Any]:
-    """The job the sandbox's worker runs. `prebuild`: import the candidate (its builds run, into
-    the shared content-hash cache, exactly as a full evaluation would build them) and stop."""
+_PKG_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def make_job(task: Task, code: str, code_hash: str, cfg: EvalConfig, prebuild: bool = False) -> dict[str, Any]:
+    """The job the sandbox's worker runs (its `workdir` is the worker's scratch, added by the
+    sandbox). `prebuild`: import the candidate (its builds run exactly as a full evaluation
+    would build them, and land in the cache under its scope) and stop."""
     return {
         "task_source": task.source,
         "candidate_source": code,
@@ -275,26 +297,58 @@ def make_job(task: Task, code: str, cfg: EvalConfig, workdir: str, prebuild: boo
         "time": cfg.time,
         "compile_only": cfg.compile_only or prebuild,
         "prebuild": prebuild,
-        "workdir": workdir,
-        "builds_root": str(cache_root(cfg) / "builds"),
+        "builds_root": str(builds_root(cfg)),
+        "build_scope": buildcache.scope_of(code_hash),
     }
+
+
+def builds_root(cfg: EvalConfig) -> Path:
+    return cache_root(cfg) / "builds"
 
 
 def sandbox_env(cfg: EvalConfig) -> dict[str, str]:
     """The environment a worker for `cfg` starts with (a pool starts its workers ahead with it)."""
-    return _environment(cfg, cache_root(cfg), cfg.device)
+    return _environment(cfg, cfg.device)
+
+
+def sandbox_hold(cfg: EvalConfig) -> sandbox.Confine:
+    """How a worker for `cfg` is confined: its limits and what it may read under /tmp."""
+    root = builds_root(cfg)
+    root.mkdir(parents=True, exist_ok=True)  # bound read-only into the sandbox: it must exist
+    visible = {str(root.resolve()), _PKG_ROOT, sys.prefix, sys.base_prefix,
+               *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)}
+    return sandbox.Confine(limits=confine.Limits.for_run(cfg.timeout),
+                           visible=tuple(sorted(os.path.realpath(p) for p in visible)),
+                           env_scrubbed=True, required=not cfg.unconfined)
 
 
 def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig, run: SandboxRun,
                     prebuild: bool = False) -> EvalResult:
-    workdir = tempfile.mkdtemp(prefix="kw-eval-")
-    job = make_job(task, code, cfg, workdir, prebuild)
+    job = make_job(task, code, code_hash, cfg, prebuild)
+    if cfg.unconfined:
+        _warn_unconfined()
     try:
-        outcome = run(job, timeout=cfg.timeout, env=sandbox_env(cfg), cwd=workdir)
+        outcome = run(job, timeout=cfg.timeout, env=sandbox_env(cfg), held=sandbox_hold(cfg))
+    except confine.ConfinementUnavailable as e:
+        raise ConfinementError(str(e)) from None
+    try:
+        # the worker's tree is dead: what it built is promoted, into its own candidate's scope only
+        buildcache.promote(outcome.scratch, str(builds_root(cfg)), buildcache.scope_of(code_hash))
     finally:
         if not cfg.keep_workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
+            shutil.rmtree(outcome.scratch, ignore_errors=True)
     return _assemble(task, code_hash, cfg, outcome)
+
+
+_warned_unconfined = False
+
+
+def _warn_unconfined() -> None:
+    global _warned_unconfined
+    if not _warned_unconfined:
+        _warned_unconfined = True
+        log.warning("UNCONFINED: candidates run without a required OS protection where one is missing; "
+                    "results say confinement.trusted=false")
 
 
 def _assemble(task: Task, code_hash: str, cfg: EvalConfig, out: sandbox.SandboxOutcome) -> EvalResult:
@@ -302,7 +356,8 @@ def _assemble(task: Task, code_hash: str, cfg: EvalConfig, out: sandbox.SandboxO
               for m in out.messages if m.get("type") == "stage"]
     final = out.final
     base = dict(task_id=task.id, candidate_hash=code_hash, device=cfg.device, compile_only=cfg.compile_only,
-                stages=stages, output_tail=out.output[-4000:] if out.output else None)
+                stages=stages, output_tail=out.output[-4000:] if out.output else None,
+                confinement=out.confinement)
     if out.timed_out:
         where = out.last_stage or "start-up"
         return EvalResult(verdict=Verdict.TIMEOUT, error=f"killed after {cfg.timeout:.0f} s during stage '{where}'",
@@ -320,7 +375,7 @@ def _assemble(task: Task, code_hash: str, cfg: EvalConfig, out: sandbox.SandboxO
         raise InfrastructureError(f"evaluation of a candidate for {task.id} could not run here: {final.get('error')}")
     fields = dict(final.get("fields") or {})
     result = EvalResult(verdict=Verdict(verdict_name), error=strip_paths(final.get("error")), **base, **{
-        k: v for k, v in fields.items() if k in EvalResult.model_fields})
+        k: v for k, v in fields.items() if k in EvalResult.model_fields and k not in base})
     result.correct = result.verdict in (Verdict.CORRECT, Verdict.NO_CUSTOM_KERNEL)
     if result.verdict in (Verdict.COMPILE_ERROR, Verdict.HALLUCINATED_API, Verdict.SYNTAX_ERROR):
         result.compiled = False

@@ -19,7 +19,6 @@ is imported and compared after every phase; any rebinding is a cheat.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import inspect
 import json
@@ -28,6 +27,7 @@ import os
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
@@ -84,7 +84,17 @@ def _counted(fn: Callable[..., Any], key: str, counter: CallCounter) -> Callable
     return counted
 
 
-def install(counter: CallCounter, builds_root: Optional[str] = None,
+@dataclass(frozen=True)
+class BuildPlace:
+    """Where load_inline builds go: `scratch/builds/<key>` (the worker's own folder), and where
+    earlier verified builds of this candidate are read from (buildcache.py)."""
+
+    scratch: str
+    cache_root: Optional[str] = None
+    scope: Optional[str] = None
+
+
+def install(counter: CallCounter, place: Optional[BuildPlace] = None,
             build_fn: Optional[Callable[..., Any]] = None) -> None:
     """Wrap the compiled-code entry points. `build_fn` replaces load_inline (compile-only mode)."""
     real_inline = build_fn or cpp_extension.load_inline
@@ -98,8 +108,8 @@ def install(counter: CallCounter, builds_root: Optional[str] = None,
             record: dict[str, Any] = {"kind": kind, "name": str(name), "ok": False}
             counter.builds.append(record)
             try:
-                if kind == "load_inline" and builds_root:
-                    module = _keyed_build(real, signature, builds_root, args, kwargs)
+                if kind == "load_inline" and place:
+                    module = _keyed_build(real, signature, place, args, kwargs, record)
                 else:
                     module = real(*args, **kwargs)
             finally:
@@ -118,10 +128,12 @@ def install(counter: CallCounter, builds_root: Optional[str] = None,
     _install_triton(counter)
 
 
-def _keyed_build(real: Callable[..., Any], signature: inspect.Signature, root: str,
-                 args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Build in `<root>/<hash of what is built>`: identical sources and flags reuse the build
-    (torch skips an up-to-date one), whichever candidate file they came from."""
+def _keyed_build(real: Callable[..., Any], signature: inspect.Signature, place: BuildPlace,
+                 args: tuple[Any, ...], kwargs: dict[str, Any], record: dict[str, Any]) -> Any:
+    """Load a verified earlier build of these sources (buildcache.py), or build in
+    `<scratch>/builds/<hash of what is built>` for the parent to promote after this process ends."""
+    from kernelwright.evaluate import buildcache
+
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError:
@@ -130,19 +142,17 @@ def _keyed_build(real: Callable[..., Any], signature: inspect.Signature, root: s
     material["arch"] = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
     material["torch"] = torch.__version__
     key = hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:24]
-    build_dir = os.path.join(root, key)
+    name = str(bound.arguments.get("name"))
+    python_module = bound.arguments.get("is_python_module", True)
+    # a standalone build is an executable, not a library to load: always built here
+    if place.cache_root and place.scope and not bound.arguments.get("is_standalone", False):
+        folder, record["cache"] = buildcache.lookup(place.cache_root, place.scope, key, name)
+        if folder is not None:
+            return cpp_extension._import_module_from_library(name, folder, python_module)
+    build_dir = os.path.join(place.scratch, "builds", key)
     os.makedirs(build_dir, exist_ok=True)
     bound.arguments["build_directory"] = build_dir
-    with open(os.path.join(build_dir, ".kw.flock"), "w") as lock_file:
-        # One build of the same sources at a time. Holding the flock means no live process is
-        # building here, so a `lock` file torch's FileBaton left behind is from a killed build
-        # and would otherwise make every later build wait forever.
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
-        stale = os.path.join(build_dir, "lock")
-        if os.path.exists(stale):
-            log.info("removing stale build lock %s", stale)
-            os.unlink(stale)
-        return real(*bound.args, **bound.kwargs)
+    return real(*bound.args, **bound.kwargs)
 
 
 def _install_triton(counter: CallCounter) -> None:

@@ -8,21 +8,22 @@ How the work flows, and why:
 - In the caller: extraction, parsing and the static rules (`precheck`) - cheap, no process.
 - Exact duplicates (same task, code and settings) are evaluated once; each gets a copy (dedupe.py).
 - A candidate that builds an extension (load_inline/load) first goes to a *compile slot*: a
-  sandboxed child imports it with nothing else (a "prebuild"), so its build lands in the shared
-  content-hash cache (instrument.py: keyed by sources, flags, arch and torch version, flock per
-  key) exactly as the evaluation would build it. Compile slots run on the CPU cores in parallel
+  sandboxed child imports it with nothing else (a "prebuild"), so its build lands in the
+  content-hash cache under the candidate's scope (buildcache.py: keyed by sources, flags, arch and
+  torch version, verified by sha256) exactly as the evaluation would build it. Compile slots run on the CPU cores in parallel
   while the device slots evaluate what is already built. A build that fails decides the verdict
   there (compile_error / hallucinated_api: the evaluation would stop at the same import); any
   other outcome (built, timed out, crashed) goes on to a full evaluation, which decides.
 - One *device slot* per device runs full evaluations one at a time, so timings never overlap.
 - Every evaluation is still a fresh interpreter (sandbox.py): a slot is reused across candidates,
   its processes are not. What a slot keeps warm is the next process, started ahead with torch
-  already imported, so the import is off the critical path. A slot is recycled (spare discarded,
-  its own stale build locks removed) after a timeout, a crash or a CUDA error, so nothing started
+  already imported, so the import is off the critical path. A slot is recycled (spare discarded)
+  after a timeout, a crash or a CUDA error, so nothing started
   next to a bad kernel serves the next candidate.
-- Each slot has its own TORCH_EXTENSIONS_DIR and TRITON_CACHE_DIR (a killed sibling's FileBaton
-  lock cannot block it), MAX_JOBS so the compile slots together use the cores and no more, and
-  TORCH_CUDA_ARCH_LIST = the capability of the GPU the candidate will run on (the same string the
+- Every worker process has its own scratch folder (sandbox.py), its only writable place: its
+  builds, TORCH_EXTENSIONS_DIR and TRITON_CACHE_DIR live there, and the parent promotes its
+  builds into the cache under the candidate's scope afterwards (buildcache.py). Each slot sets
+  MAX_JOBS so the compile slots together use the cores and no more, and TORCH_CUDA_ARCH_LIST = the capability of the GPU the candidate will run on (the same string the
   worker sets, so the build keys match).
 """
 
@@ -124,36 +125,30 @@ class Slot:
         self.recycled = 0
 
     def env_for(self, env: dict[str, str]) -> dict[str, str]:
-        out = dict(env)
-        out.update({
-            "TORCH_EXTENSIONS_DIR": str(self.home / "torch_extensions"),
-            "TRITON_CACHE_DIR": str(self.home / "triton"),
-            "MAX_JOBS": str(self.max_jobs),
-        })
-        out.update(self.extra_env)
-        return out
+        return {**env, "MAX_JOBS": str(self.max_jobs), **self.extra_env}
 
-    def run(self, job: dict[str, Any], *, timeout: float, env: dict[str, str], cwd: str) -> sandbox.SandboxOutcome:
+    def run(self, job: dict[str, Any], *, timeout: float, env: dict[str, str],
+            held: sandbox.Confine) -> sandbox.SandboxOutcome:
         env = self.env_for(env)
-        sp = self._take_spare(env)
+        sp = self._take_spare(env, held)
         if sp is None:
-            sp = sandbox.spawn(env, str(self.home))
+            sp = sandbox.spawn(env, held)
         if self.prewarm and self.overlap:
             # start the next one now: its torch import overlaps this evaluation (GPU or build)
-            self._spare = sandbox.spawn(env, str(self.home))
+            self._spare = sandbox.spawn(env, held)
         outcome = sandbox.run_spawned(sp, job, timeout=timeout)
         if needs_recycle(outcome):
             self.recycle()
         if self.prewarm and self._spare is None:
             # on a CPU device the import would compete with the timing: start it after
-            self._spare = sandbox.spawn(env, str(self.home))
+            self._spare = sandbox.spawn(env, held)
         return outcome
 
-    def _take_spare(self, env: dict[str, str]) -> Optional[sandbox.Spawned]:
+    def _take_spare(self, env: dict[str, str], held: sandbox.Confine) -> Optional[sandbox.Spawned]:
         sp, self._spare = self._spare, None
         if sp is None:
             return None
-        if sp.env != env or sp.proc.poll() is not None:  # other settings, or it died waiting
+        if sp.env != env or sp.held != held or sp.proc.poll() is not None:  # other settings, or it died
             sandbox.discard(sp)
             return None
         return sp
@@ -162,10 +157,6 @@ class Slot:
         """After a bad candidate: nothing started beside it serves the next one."""
         self.recycled += 1
         self.discard_spare()
-        ext = self.home / "torch_extensions"
-        # our own builds only: the process that held these FileBaton locks is dead
-        for lock in ext.glob("*/lock") if ext.is_dir() else []:
-            lock.unlink(missing_ok=True)
 
     def discard_spare(self) -> None:
         sp, self._spare = self._spare, None

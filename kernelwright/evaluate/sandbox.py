@@ -1,19 +1,23 @@
 """Run one evaluation job in a child process that cannot harm the caller.
 
 Isolation contract (what the evaluator relies on):
-- the child is a fresh interpreter (`python -m kernelwright.evaluate.worker`) in its own process
-  group and session, so one `killpg` ends it and everything it forked without `setsid`;
-- a hard wall-clock limit: on expiry the whole group gets SIGKILL (an infinite loop in Python,
-  in C++ or in a GPU kernel all end the same way);
+- the child is a fresh interpreter (`python -m kernelwright.evaluate.worker`) held by the
+  operating system (confine.py): no network, a read-only filesystem except its private scratch
+  folder (made here, one per process), its own PID namespace, cgroup and limits, death with its
+  parent; each SandboxOutcome carries the record of what held it;
+- a hard wall-clock limit: on expiry the whole tree gets SIGKILL (an infinite loop in Python,
+  in C++ or in a GPU kernel all end the same way); after a normal finish it is killed too, so
+  nothing the candidate started (compilers in their own process groups, `setsid` daemons)
+  outlives the evaluation;
 - the child's stdout/stderr are drained continuously and capped (head and tail kept), so a
   candidate printing gigabytes neither blocks the child nor fills the caller's memory;
 - results come back on a dedicated pipe, one JSON message per line, each carrying a nonce the
   parent handed over on stdin before any candidate code ran. Lines without it are ignored and
   counted, so a candidate writing to the result pipe cannot forge a verdict by accident.
 
-What it does not defend against: a deliberately malicious candidate that reads the nonce out of
-the worker's memory, escapes with `setsid` and a double fork, or attacks the kernel. For that,
-run the whole evaluator inside a container or VM; this layer is about LLM-generated code.
+What it does not defend against: a candidate that reads the nonce out of the worker's memory can
+forge its own verdict (the checks run in its process); one that attacks the kernel or the GPU
+driver. The confinement keeps such a candidate from harming anything outside its scratch.
 """
 
 from __future__ import annotations
@@ -22,15 +26,18 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from kernelwright.childproc import kill_group
+from kernelwright.evaluate import confine
+from kernelwright.records import Confinement
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +54,8 @@ class SandboxOutcome:
     output: str  # the child's stdout+stderr, capped: head ... tail
     output_bytes: int  # how much the child really printed
     forged_lines: int = 0  # lines on the result pipe without the nonce
+    scratch: str = ""  # the worker's private, writable folder (its builds are there); the caller removes it
+    confinement: Optional[Confinement] = None
 
     @property
     def final(self) -> Optional[dict[str, Any]]:
@@ -64,12 +73,18 @@ class SandboxOutcome:
 
     @property
     def death_signal(self) -> Optional[str]:
+        number = None
         if self.returncode is not None and self.returncode < 0:
-            try:
-                return signal.Signals(-self.returncode).name
-            except ValueError:
-                return f"signal {-self.returncode}"
-        return None
+            number = -self.returncode
+        elif (self.confinement is not None and self.confinement.mechanism == "bwrap"
+              and self.returncode is not None and 128 < self.returncode < 128 + 65):
+            number = self.returncode - 128  # bwrap exits 128+N when its command died of signal N
+        if number is None:
+            return None
+        try:
+            return signal.Signals(number).name
+        except ValueError:
+            return f"signal {number}"
 
 
 @dataclass
@@ -141,6 +156,16 @@ def _accept(line: bytes, nonce: str, out: list[dict[str, Any]], forged: list[int
     out.append(msg)
 
 
+@dataclass(frozen=True)
+class Confine:
+    """How to hold a worker (the part of its start that depends on the evaluation's settings)."""
+
+    limits: confine.Limits
+    visible: tuple[str, ...]  # read-only paths the worker needs (package, build cache, Python)
+    env_scrubbed: bool
+    required: bool  # refuse to start when a required protection is missing
+
+
 @dataclass
 class Spawned:
     """A worker process started before its job: it imports torch, then waits on stdin."""
@@ -149,30 +174,55 @@ class Spawned:
     read_fd: int
     env: dict[str, str]
     started: float
+    scratch: str
+    held: Confine
+    box: confine.Box
 
 
-def spawn(env: dict[str, str], cwd: str) -> Spawned:
-    """Start a worker that waits for its job (handed over by `run_spawned`)."""
+def spawn(env: dict[str, str], held: Confine) -> Spawned:
+    """Start a worker that waits for its job (handed over by `run_spawned`), in a fresh scratch
+    folder that is the only place it may write. Raises confine.ConfinementUnavailable."""
+    scratch = tempfile.mkdtemp(prefix="kw-eval-")
     read_fd, write_fd = os.pipe()
     cmd = [sys.executable, "-m", "kernelwright.evaluate.worker", str(write_fd)]
+    try:
+        box = confine.box(cmd, scratch, list(held.visible), held.limits, held.env_scrubbed, held.required)
+    except BaseException:
+        os.close(read_fd)
+        os.close(write_fd)
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    os.makedirs(os.path.join(scratch, "tmp"))
+    own = {"HOME": scratch, "TMPDIR": os.path.join(scratch, "tmp"),
+           # extension builds by `load` and Triton's cache: this process's own, never a shared folder
+           "TORCH_EXTENSIONS_DIR": os.path.join(scratch, "torch_extensions"),
+           "TRITON_CACHE_DIR": os.path.join(scratch, "triton")}
     proc = subprocess.Popen(
-        cmd,
+        box.argv,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         pass_fds=(write_fd,),
-        start_new_session=True,  # own session and process group: killpg reaches all of it
-        env=env,
-        cwd=cwd,
+        start_new_session=True,  # own session and process group, apart from the caller's
+        env={**env, **own},
+        cwd=scratch,
     )
     os.close(write_fd)
-    return Spawned(proc=proc, read_fd=read_fd, env=env, started=time.monotonic())
+    return Spawned(proc=proc, read_fd=read_fd, env=env, started=time.monotonic(), scratch=scratch, held=held,
+                   box=box)
+
+
+def _end(sp: Spawned) -> None:
+    """Kill the worker's whole tree (namespace, cgroup) and wait until it is gone."""
+    confine.kill_tree(sp.proc.pid, sp.box.cgroup)
+    sp.proc.wait()
+    sp.box.release()
 
 
 def discard(sp: Spawned) -> None:
     """End a worker that will never get a job."""
-    kill_group(sp.proc.pid)
-    sp.proc.wait()
+    _end(sp)
+    shutil.rmtree(sp.scratch, ignore_errors=True)
     for stream in (sp.proc.stdin, sp.proc.stdout):
         try:
             if stream is not None:
@@ -185,9 +235,9 @@ def discard(sp: Spawned) -> None:
         pass
 
 
-def run_job(job: dict[str, Any], *, timeout: float, env: dict[str, str], cwd: str) -> SandboxOutcome:
+def run_job(job: dict[str, Any], *, timeout: float, env: dict[str, str], held: Confine) -> SandboxOutcome:
     """Run `job` in a fresh worker process; never raises for anything the candidate does."""
-    return run_spawned(spawn(env, cwd), job, timeout=timeout)
+    return run_spawned(spawn(env, held), job, timeout=timeout)
 
 
 def run_spawned(sp: Spawned, job: dict[str, Any], *, timeout: float) -> SandboxOutcome:
@@ -195,6 +245,7 @@ def run_spawned(sp: Spawned, job: dict[str, Any], *, timeout: float) -> SandboxO
     # The nonce is drawn now, after the worker started: no earlier process state can hold it.
     nonce = secrets.token_hex(16)
     proc, read_fd = sp.proc, sp.read_fd
+    job = {**job, "workdir": sp.scratch}
     start = time.monotonic()
     messages: list[dict[str, Any]] = []
     forged = [0]
@@ -216,10 +267,9 @@ def run_spawned(sp: Spawned, job: dict[str, Any], *, timeout: float) -> SandboxO
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
-        log.info("evaluation exceeded %.0f s: killing process group %d", timeout, proc.pid)
-    # Always kill the group: stragglers the candidate forked must not outlive the evaluation.
-    kill_group(proc.pid)
-    proc.wait()
+        log.info("evaluation exceeded %.0f s: killing the worker's tree %d", timeout, proc.pid)
+    # Always kill the tree: stragglers the candidate started must not outlive the evaluation.
+    _end(sp)
     wall = time.monotonic() - start
     for t in readers:
         # A grandchild that escaped the group may hold a pipe open; don't wait on it forever.
@@ -232,6 +282,8 @@ def run_spawned(sp: Spawned, job: dict[str, Any], *, timeout: float) -> SandboxO
         output=sink.text(),
         output_bytes=sink.total,
         forged_lines=forged[0],
+        scratch=sp.scratch,
+        confinement=sp.box.record,
     )
 
 

@@ -174,7 +174,9 @@ class Worker:
 
         counter = instrument.CallCounter()
         build_fn = self._build_fn()
-        instrument.install(counter, job.get("builds_root"), build_fn)
+        place = instrument.BuildPlace(scratch=job["workdir"], cache_root=job.get("builds_root"),
+                                      scope=job.get("build_scope"))
+        instrument.install(counter, place, build_fn)
         guard = instrument.TamperGuard()
         ops_before = instrument.dispatcher_ops()
         threads_before, children_before = instrument.python_threads(), instrument.child_pids()

@@ -4,6 +4,7 @@ The pool must change how fast verdicts come, never what they are."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -71,30 +72,26 @@ def test_slot_is_recycled_after_timeout_and_crash_and_the_next_verdict_is_clean(
     assert after.verdict == Verdict.NO_CUSTOM_KERNEL and after.correct
 
 
-def test_a_slot_runs_prewarmed_workers_with_its_own_folders(bias_relu, fast_cfg, tmp_path):
+def test_a_slot_runs_prewarmed_workers_each_with_its_own_scratch(bias_relu, fast_cfg, tmp_path):
     cfg = fast_cfg()
     slot = Slot("s0", tmp_path / "s0", max_jobs=1, prewarm=True, overlap=False)
-    other = Slot("s1", tmp_path / "s1", max_jobs=1, prewarm=True, overlap=False)
-    env = {"PATH": "/usr/bin"}
-    assert slot.env_for(env)["TORCH_EXTENSIONS_DIR"] != other.env_for(env)["TORCH_EXTENSIONS_DIR"]
-    assert slot.env_for(env)["TRITON_CACHE_DIR"].startswith(str(tmp_path / "s0"))
+    assert slot.env_for({"PATH": "/usr/bin"})["MAX_JOBS"] == "1"
     pre = precheck(bias_relu, text("torch_only.py"), cfg)
     try:
         first = run_prepared(bias_relu, pre, cfg, slot.run)
         spare = slot._spare
         assert spare is not None and spare.proc.poll() is None  # the next worker waits, torch imported
+        scratch = spare.scratch
         second = run_prepared(bias_relu, pre, cfg, slot.run)
         assert spare.proc.poll() is not None  # ... and it was the one that ran the second job
         assert first.verdict == second.verdict == Verdict.NO_CUSTOM_KERNEL
-        # a FileBaton lock left by a killed build of this slot's own must not block the next one
-        stale = tmp_path / "s0" / "torch_extensions" / "ext" / "lock"
-        stale.parent.mkdir(parents=True)
-        stale.write_text("")
+        assert second.confinement.trusted
+        # its scratch (its only writable folder) went with it; the next spare has a fresh one
+        assert not os.path.exists(scratch) and slot._spare.scratch != scratch
         slot.recycle()
-        assert not stale.exists() and slot._spare is None and slot.recycled == 1
+        assert slot._spare is None and slot.recycled == 1
     finally:
         slot.discard_spare()
-        other.discard_spare()
 
 
 def test_compile_slots_never_run_more_jobs_than_cores():

@@ -1,0 +1,436 @@
+"""OS-level containment of the evaluation worker and everything it starts, its builds included.
+
+The worker runs candidate code in-process, so Python-level guards cannot hold a hostile candidate;
+what holds it is the operating system:
+- `bwrap` (bubblewrap, from the distribution) where it works, else util-linux's `unshare` plus
+  confine_mounts.py (run before any candidate code) for the same layout:
+  an empty network namespace, a PID namespace (killing its init ends the whole tree: compilers
+  ninja put in their own process groups, `setsid` double-fork daemons), the filesystem read-only
+  except the evaluation's private scratch folder (the task files, the study folder, the build
+  cache and the candidate's own file are not writable), a private /tmp, no capabilities and
+  no_new_privs (so it can neither remount nor write root-owned kernel files such as
+  cgroup.procs or /proc/sys), death when the evaluating process dies;
+- limits: a cgroup (v2, or v1's memory and pids hierarchies) for memory and processes, falling
+  back to RLIMIT_DATA (private writable memory; unlike RLIMIT_AS it leaves CUDA's huge address
+  reservations alone: checked on the H200, whose container cannot delegate a memory cgroup) and
+  RLIMIT_NPROC; RLIMIT_CPU as a backstop to the wall clock; no core dumps;
+- the environment is an allowlist (evaluator.py builds it), recorded as `env_scrubbed`.
+
+What this machine offers is detected once per process (`offer()`), by running the mechanism, not
+by looking for it. Every result records the protections that were active (records.Confinement);
+a missing required one refuses the evaluation unless EvalConfig.unconfined says otherwise.
+`KERNELWRIGHT_CONFINE=bwrap|unshare|none` forces a mechanism (tests, debugging).
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import logging
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from kernelwright.records import Confinement
+
+log = logging.getLogger(__name__)
+
+MECHANISMS = ("bwrap", "unshare", "none")
+REQUIRED = ("env_scrubbed", "network", "filesystem", "pid_namespace", "die_with_parent", "caps_dropped",
+            "memory_limit", "process_limit", "cpu_limit")
+PROCESS_LIMIT = 4096  # tasks (threads count): room for ninja, compilers and torch's pools, not a fork bomb
+CGROUP_FS = Path("/sys/fs/cgroup")
+MOUNTS_SCRIPT = str(Path(__file__).with_name("confine_mounts.py"))
+
+
+class ConfinementUnavailable(Exception):
+    """A required protection is missing on this machine (EvalConfig.unconfined runs anyway)."""
+
+
+# -- what this machine offers ------------------------------------------------------------------
+
+def _works(cmd: list[str]) -> bool:
+    try:
+        return subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _bwrap_works() -> bool:
+    return bool(shutil.which("bwrap")) and _works(
+        ["bwrap", *_BWRAP_FLAGS, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "true"])
+
+
+def _unshare_works() -> bool:
+    if not all(shutil.which(t) for t in ("unshare", "setpriv")):
+        return False
+    probe = Path(f"/tmp/kw-probe-{uuid.uuid4().hex[:8]}")
+    probe.mkdir()
+    try:
+        return _works(_unshare_prefix(str(probe), []) + ["true"])
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Offer:
+    bwrap: bool
+    unshare: bool
+    setpriv: bool
+    prlimit: bool
+    cgroup: Optional[str]  # "v2" | "v1" | None: where a child cgroup with memory and pids limits can be made
+
+    def mechanism(self) -> str:
+        forced = os.environ.get("KERNELWRIGHT_CONFINE", "auto")
+        if forced in MECHANISMS:
+            if forced == "bwrap" and not self.bwrap or forced == "unshare" and not self.unshare:
+                raise ConfinementUnavailable(f"KERNELWRIGHT_CONFINE={forced}, but {forced} does not work here")
+            return forced
+        return "bwrap" if self.bwrap else "unshare" if self.unshare else "none"
+
+
+@functools.lru_cache(maxsize=1)
+def offer() -> Offer:
+    """Detected once per process: each mechanism is tried for real."""
+    found = Offer(bwrap=_bwrap_works(), unshare=_unshare_works(), setpriv=bool(shutil.which("setpriv")),
+                  prlimit=bool(shutil.which("prlimit")), cgroup=Cgroup.kind())
+    log.info("confinement offered here: %s", found)
+    return found
+
+
+# -- cgroups -------------------------------------------------------------------------------------
+
+def _own_cgroup(controller: str) -> Optional[str]:
+    """This process's cgroup path in the hierarchy of `controller` ("" for the v2 unified one)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, ctrls, path = line.split(":", 2)
+        if (controller == "" and ctrls == "") or controller in ctrls.split(","):
+            return path
+    return None
+
+
+class Cgroup:
+    """A cgroup (v2, or one per v1 hierarchy) holding one sandbox; the parent made it, the
+    sandbox joins it at its first exec and cannot leave (no capabilities, /sys read-only)."""
+
+    def __init__(self, version: str, dirs: list[Path]):
+        self.version, self.dirs = version, dirs
+
+    @staticmethod
+    def _parents() -> tuple[str, dict[str, Path]] | None:
+        if (CGROUP_FS / "cgroup.controllers").exists():
+            own = _own_cgroup("")
+            if own is None:
+                return None
+            parent = CGROUP_FS / own.lstrip("/")
+            wanted = {"memory", "pids"}
+            enabled = set((parent / "cgroup.subtree_control").read_text().split())
+            if not wanted <= enabled:
+                try:  # fails (EBUSY) where processes live in the parent itself: then none here
+                    (parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted - enabled))
+                except OSError:
+                    return None
+            return "v2", {"memory": parent, "pids": parent}
+        out = {}
+        for ctrl in ("memory", "pids"):
+            own = _own_cgroup(ctrl)
+            base = CGROUP_FS / ctrl
+            if own is None or not base.is_dir():
+                return None
+            out[ctrl] = base / own.lstrip("/")
+        return "v1", out
+
+    @classmethod
+    def kind(cls) -> Optional[str]:
+        try:
+            made = cls.make(1 << 30, 64)
+        except OSError:
+            return None
+        if made is None:
+            return None
+        made.remove()
+        return made.version
+
+    @classmethod
+    def make(cls, memory_bytes: int, pids: int) -> Optional[Cgroup]:
+        parents = cls._parents()
+        if parents is None:
+            return None
+        version, where = parents
+        name = f"kw-{uuid.uuid4().hex[:12]}"
+        dirs = sorted({p / name for p in where.values()})
+        made: list[Path] = []
+        try:
+            for d in dirs:
+                d.mkdir()
+                made.append(d)
+            if version == "v2":
+                (dirs[0] / "memory.max").write_text(str(memory_bytes))
+                if (dirs[0] / "memory.swap.max").exists():  # swap would let it exceed the limit
+                    (dirs[0] / "memory.swap.max").write_text("0")
+                (dirs[0] / "pids.max").write_text(str(pids))
+            else:
+                (where["memory"] / name / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                (where["pids"] / name / "pids.max").write_text(str(pids))
+        except OSError:
+            for d in made:
+                d.rmdir()
+            raise
+        return cls(version, dirs)
+
+    def join(self, argv: list[str]) -> list[str]:
+        """`argv`, run by a shell that first moves itself into this cgroup: everything it then
+        starts is inside from its first instruction (no window for a fork to slip out)."""
+        procs = " ".join(shlex.quote(str(d / "cgroup.procs")) for d in self.dirs)
+        script = f'for f in {procs}; do echo $$ > "$f" || exit 97; done; exec "$@"'
+        return ["/bin/sh", "-c", script, "kw-join", *argv]
+
+    def pids(self) -> set[int]:
+        out: set[int] = set()
+        for d in self.dirs:
+            try:
+                out |= {int(p) for p in (d / "cgroup.procs").read_text().split()}
+            except OSError:
+                pass
+        return out
+
+    def kill(self) -> None:
+        kill_file = self.dirs[0] / "cgroup.kill"
+        if self.version == "v2" and kill_file.exists():
+            try:
+                kill_file.write_text("1")
+                return
+            except OSError:
+                pass
+        for pid in self.pids():
+            _sigkill(pid)
+
+    def remove(self) -> None:
+        for d in self.dirs:
+            for _ in range(50):  # the last tasks may still be exiting
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.05)
+
+
+# -- the plan for one worker -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Limits:
+    memory_bytes: int
+    cpu_seconds: int
+
+    @staticmethod
+    def for_run(timeout: float) -> Limits:
+        try:
+            ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError):
+            ram = 16 << 30
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return Limits(memory_bytes=max(4 << 30, ram // 2), cpu_seconds=int(timeout * max(1, cores)) + 60)
+
+
+_BWRAP_FLAGS = ["--die-with-parent", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+                "--unshare-cgroup-try", "--cap-drop", "ALL"]
+
+
+def _under_tmp(path: str) -> bool:
+    return path == "/tmp" or path.startswith("/tmp/")
+
+
+def _bwrap_prefix(scratch: str, visible: list[str]) -> list[str]:
+    argv = ["bwrap", *_BWRAP_FLAGS, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for dev in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri")):
+        argv += ["--dev-bind", dev, dev]  # the GPU stays usable inside the minimal /dev
+    for path in visible:  # read-only things the worker needs that the private /tmp would hide
+        argv += ["--ro-bind", path, path]
+    return argv + ["--bind", scratch, scratch, "--chdir", scratch, "--"]
+
+
+def _unshare_prefix(scratch: str, visible: list[str]) -> list[str]:
+    return ["setpriv", "--pdeathsig", "KILL", "--",
+            "unshare", "--pid", "--fork", "--kill-child", "--mount", "--net", "--ipc", "--uts",
+            "--mount-proc", "--propagation", "private", "--",
+            sys.executable, "-I", MOUNTS_SCRIPT, scratch, *visible, "--",
+            "setpriv", "--bounding-set", "-all", "--inh-caps", "-all", "--ambient-caps", "-all", "--no-new-privs",
+            "--"]
+
+
+def _uid0_tasks() -> int:
+    """Tasks (threads) of uid 0 now: RLIMIT_NPROC counts them all, the host's included."""
+    total = 0
+    for status in glob.glob("/proc/[0-9]*/status"):
+        try:
+            text = Path(status).read_text()
+        except OSError:
+            continue
+        uid = threads = None
+        for line in text.splitlines():
+            if line.startswith("Uid:"):
+                uid = line.split()[1]
+            elif line.startswith("Threads:"):
+                threads = int(line.split()[1])
+        if uid == "0" and threads:
+            total += threads
+    return total
+
+
+@dataclass
+class Box:
+    """How one worker is held: its command prefix, its cgroup and the record of it."""
+
+    argv: list[str]
+    cgroup: Optional[Cgroup]
+    record: Confinement
+
+    def release(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.kill()
+            self.cgroup.remove()
+
+
+def box(inner: list[str], scratch: str, visible: list[str], limits: Limits, env_scrubbed: bool,
+        required: bool) -> Box:
+    """The command that runs `inner` confined to `scratch`, with `visible` paths readable.
+    Raises ConfinementUnavailable when `required` and a required protection is missing."""
+    here = offer()
+    mech = here.mechanism()
+    rec = Confinement(mechanism=mech, env_scrubbed=env_scrubbed)
+    argv = list(inner)
+    cg: Optional[Cgroup] = None
+    if here.cgroup:
+        try:
+            cg = Cgroup.make(limits.memory_bytes, PROCESS_LIMIT)
+        except OSError as e:
+            log.warning("could not make a cgroup: %s", e)
+    caps_dropped = mech != "none"
+    if cg is not None:
+        rec.memory_limit_mb, rec.memory_via = limits.memory_bytes >> 20, f"cgroup_{cg.version}"
+        rec.process_limit, rec.process_via = PROCESS_LIMIT, f"cgroup_{cg.version}"
+    if here.prlimit:
+        rl = [f"--cpu={limits.cpu_seconds}", "--core=0"]
+        rec.cpu_limit_s = limits.cpu_seconds
+        if cg is None:
+            rl.append(f"--data={limits.memory_bytes}")
+            rec.memory_limit_mb, rec.memory_via = limits.memory_bytes >> 20, "rlimit_data"
+        if cg is None and caps_dropped:
+            # root ignores RLIMIT_NPROC only while it holds CAP_SYS_RESOURCE/ADMIN, which the box drops
+            nproc = _uid0_tasks() + PROCESS_LIMIT if os.getuid() == 0 else PROCESS_LIMIT
+            rl.append(f"--nproc={nproc}")
+            rec.process_limit, rec.process_via = PROCESS_LIMIT, "rlimit_nproc"
+        argv = ["prlimit", *rl, "--", *argv]
+    if mech == "bwrap":
+        argv = _bwrap_prefix(scratch, [p for p in visible if _under_tmp(p)]) + argv
+    elif mech == "unshare":
+        argv = _unshare_prefix(scratch, [p for p in visible if _under_tmp(p)]) + argv
+    elif here.setpriv:
+        argv = ["setpriv", "--pdeathsig", "KILL", "--", *argv]
+    if mech != "none":
+        rec.network = rec.filesystem = rec.pid_namespace = rec.caps_dropped = True
+    rec.die_with_parent = mech != "none" or here.setpriv
+    if cg is not None:
+        argv = cg.join(argv)
+    rec.missing = [name for name in REQUIRED if not _has(rec, name)]
+    rec.trusted = not rec.missing
+    if rec.missing and required:
+        if cg is not None:
+            cg.remove()
+        raise ConfinementUnavailable(
+            f"confinement '{mech}' here lacks: {', '.join(rec.missing)} (install bubblewrap, or run as root with "
+            "cgroups; EvalConfig(unconfined=True) / --unconfined runs anyway and marks results untrusted)")
+    return Box(argv=argv, cgroup=cg, record=rec)
+
+
+def _has(rec: Confinement, name: str) -> bool:
+    if name == "memory_limit":
+        return rec.memory_limit_mb is not None
+    if name == "process_limit":
+        return rec.process_limit is not None
+    if name == "cpu_limit":
+        return rec.cpu_limit_s is not None
+    return bool(getattr(rec, name))
+
+
+# -- ending a tree -------------------------------------------------------------------------------
+
+def _sigkill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _parents() -> dict[int, int]:
+    out = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat, "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            out[int(stat.split("/")[2])] = int(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def descendants(root: int) -> list[int]:
+    parents = _parents()
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie has finished: it only waits to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def kill_tree(pid: int, cgroup: Optional[Cgroup] = None, grace_s: float = 5.0) -> None:
+    """SIGKILL `pid`, everything under it and everything in its cgroup, then wait until they are gone.
+    The namespace's init is among the descendants: its death takes the whole PID namespace,
+    processes in their own groups and sessions included."""
+    seen: set[int] = set()
+    for _ in range(3):  # a fork racing the first pass is caught by the next
+        found = [p for p in descendants(pid) if p not in seen]
+        if not found:
+            break
+        for p in found:
+            _sigkill(p)
+        seen.update(found)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    _sigkill(pid)
+    if cgroup is not None:
+        cgroup.kill()
+        seen |= cgroup.pids()
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(alive(p) for p in seen):
+        time.sleep(0.02)
