@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up kernelwright in ./.venv on a fresh machine.
-#   scripts/setup.sh          the tool itself (the CPU build of torch 2.13.0 unless TORCH_SPEC says otherwise)
+#   scripts/setup.sh          the tool itself (the CPU build of torch 2.13.0 unless TORCH_SPEC says otherwise),
+#                             and bubblewrap (apt, when root or password-less sudo) to confine candidates
 #   scripts/setup.sh local    plus the embedded model's runtime (llama.cpp, built portable: ~7 min on 2 cores)
 #   scripts/setup.sh test     everything the tests use (local + openai + hf + ray extras, CUDA library headers)
 # TORCH_SPEC overrides the torch requirement, e.g. TORCH_SPEC=torch==2.14.1 for the CUDA build.
@@ -28,7 +29,7 @@ if [ "$what" = "test" ] && ! command -v chromium >/dev/null 2>&1; then
     echo "note: could not install chromium (apt-get); the headless-browser report test will skip" >&2
   fi
 fi
-if [ "$what" = "test" ] && ! command -v bwrap >/dev/null 2>&1; then
+if ! command -v bwrap >/dev/null 2>&1; then
   # The evaluator confines candidates with bubblewrap where it works (evaluate/confine.py; util-linux
   # `unshare` is the fallback). A no-op when present.
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo -n"

@@ -48,12 +48,25 @@ def _open(path: Path) -> IO[str]:
             os.chmod(path.parent, 0o1777)
         except OSError:
             pass
-    f = open(path, "a")
+    try:
+        f = open(path, "a")
+    except OSError:
+        # a confined worker sees the lock folder read-only (evaluate/confine.py): flock needs no
+        # write access, and the file was made by the evaluating process before the worker started
+        return open(path, "r")
     try:
         os.chmod(path, 0o666)
     except OSError:
         pass  # another user's file: we can still lock it
     return f
+
+
+def prepare(device: str) -> Path:
+    """Make `device`'s lock file now, so a worker that sees the folder read-only can still lock it;
+    returns the folder, which the sandbox binds into the worker's view."""
+    path = lock_path(device)
+    _open(path).close()
+    return path.parent
 
 
 class DeviceLock:

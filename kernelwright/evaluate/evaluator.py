@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from kernelwright import pyast
-from kernelwright.evaluate import buildcache, confine, sandbox
+from kernelwright.evaluate import buildcache, confine, device_lock, sandbox
 from kernelwright.evaluate.static_checks import check_source
 from kernelwright.extract import extract_code
 from kernelwright.records import EvalResult, Finding, Stage, Task, Verdict, sha256_text
@@ -315,7 +315,10 @@ def sandbox_hold(cfg: EvalConfig) -> sandbox.Confine:
     """How a worker for `cfg` is confined: its limits and what it may read under /tmp."""
     root = builds_root(cfg)
     root.mkdir(parents=True, exist_ok=True)  # bound read-only into the sandbox: it must exist
-    visible = {str(root.resolve()), _PKG_ROOT, sys.prefix, sys.base_prefix,
+    # the device's lock file too: timing must exclude other processes' work on the device, and a
+    # private /tmp would give each worker a lock of its own
+    locks = device_lock.prepare(cfg.device)
+    visible = {str(root.resolve()), str(locks), _PKG_ROOT, sys.prefix, sys.base_prefix,
                *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)}
     return sandbox.Confine(limits=confine.Limits.for_run(cfg.timeout),
                            visible=tuple(sorted(os.path.realpath(p) for p in visible)),

@@ -189,6 +189,7 @@ def test_cpp_hostile_is_contained(watched, name, expected, why):
     assert why is None or why in (result.error or ""), result.error
 
 
+@pytest.mark.build  # ninja starts (the flag's shell command hangs before the compiler)
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_a_compiler_hanging_in_its_own_session_dies_with_the_timeout(watched, mechanism):
     # the shell command in the flags hangs before the compiler starts: no build happens
