@@ -232,6 +232,11 @@ class TamperGuard:
         self.items = _guarded()
         self.originals = [getattr(obj, attr, None) for _, obj, attr in self.items]
 
+    def rebase(self) -> None:
+        """Take the snapshot again: after a check found nothing changed, the evaluator imported
+        something that rebinds guarded objects itself (torch._dynamo wraps torch.manual_seed)."""
+        self.originals = [getattr(obj, attr, None) for _, obj, attr in self.items]
+
     def changed(self) -> list[str]:
         out = []
         for (label, obj, attr), orig in zip(self.items, self.originals):

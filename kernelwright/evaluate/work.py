@@ -77,7 +77,7 @@ class ReferenceWatch:
 
     @contextmanager
     def armed(self) -> Iterator[None]:
-        previous = sys.getprofile()
+        previous, previous_threads = sys.getprofile(), threading.getprofile()
         sys.setprofile(self._hook)
         threading.setprofile(self._hook)
         try:
@@ -86,7 +86,7 @@ class ReferenceWatch:
             if sys.getprofile() is not self._hook:
                 self.removed = True
             sys.setprofile(previous)
-            threading.setprofile(None)  # type: ignore[arg-type]
+            threading.setprofile(previous_threads)  # type: ignore[arg-type]
 
     def reasons(self) -> list[str]:
         out = []

@@ -182,7 +182,7 @@ class Worker:
         counter = instrument.CallCounter()
         build_fn = self._build_fn()
         instrument.install(counter, job.get("builds_root"), build_fn)
-        guard = instrument.TamperGuard()
+        guard = self.guard = instrument.TamperGuard()
         ops_before = instrument.dispatcher_ops()
         threads_before, children_before = instrument.python_threads(), instrument.child_pids()
         self.counter = counter
@@ -332,9 +332,14 @@ class Worker:
             previous.append((out_r, out_c))
         custom = dict(counter.snapshot())
         if new_ops and not all(calls_per_trial):
+            args = self._clone(self._inputs(job["seed"]))  # drawn by the reference's get_inputs: not armed
+            # The profiler's first session imports torch._dynamo, which wraps torch.manual_seed:
+            # check the guard, make that import ours, and take the snapshot again.
+            self._check_tamper(self.guard)
+            import torch._dynamo  # noqa: F401
+            self.guard.rebase()
             with torch.no_grad(), self._candidate_code():
-                custom.update(self.instrument.count_new_op_calls(
-                    new_ops, lambda: self.new_model(*self._clone(self._inputs(job["seed"])))))
+                custom.update(self.instrument.count_new_op_calls(new_ops, lambda: self.new_model(*args)))
             calls_per_trial = [1] * len(calls_per_trial) if any(k.startswith("op.") for k in custom) else calls_per_trial
         self.fields["custom_calls"] = custom
         # Custom code must run in every trial, not once at construction or on one lucky input.
