@@ -113,6 +113,12 @@ def tensors_in(obj: Any, depth: int = 0) -> list[torch.Tensor]:
     return []
 
 
+def _snapshot(args: tuple, kwargs: dict) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """A call's tensor arguments and copies of them as they were before it ran."""
+    inputs = tensors_in((args, kwargs))
+    return inputs, [t.detach().clone() for t in inputs]
+
+
 def _changed(now: torch.Tensor, before: torch.Tensor) -> Optional[torch.Tensor]:
     """Elementwise mask of what a call wrote into `now` (None: it wrote nothing). A tensor resized
     in place counts as wholly written."""
@@ -153,8 +159,7 @@ class InspectProbe(Probe):
         self.work: set[str] = set()
 
     def call(self, key: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        inputs = tensors_in((args, kwargs))
-        before = [t.detach().clone() for t in inputs]
+        inputs, before = _snapshot(args, kwargs)
         result = fn(*args, **kwargs)
         self.seen.add(key)
         written = [t for t, b in zip(inputs, before) if _changed(t, b) is not None]
@@ -193,8 +198,7 @@ class PerturbProbe(Probe):
     def call(self, key: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if key not in self.keys:
             return fn(*args, **kwargs)
-        inputs = tensors_in((args, kwargs))
-        before = [t.detach().clone() for t in inputs]
+        inputs, before = _snapshot(args, kwargs)
         result = fn(*args, **kwargs)
         written = []
         with torch.no_grad():
