@@ -413,23 +413,28 @@ class Worker:
 
     def _work(self, new_ops: set[str]) -> None:
         """Custom code ran in every trial; did it do the work? (work.py says how.) Each forward
-        here gets its own fresh inputs: a buffer the allocator hands back holds another input's
-        result, so what a call writes differs from what was there (how written arguments are found)."""
+        here gets its own fresh inputs and runs before the reference: a buffer the allocator hands
+        back then holds another input's result, so what a call writes differs from what was there
+        (how written arguments are found)."""
         torch, compare, work = self.torch, self.compare, self.work
 
         def forward(probe: Any, offset: int) -> tuple[Any, Any, float]:
             """(reference output, candidate output, the candidate's seconds) on fresh inputs, the
             candidate's custom calls going through `probe`."""
             inputs = self._inputs(self.job["seed"] + 555_557 + offset)
-            with torch.no_grad():
-                out_r = self.ref_model(*self._clone(inputs))
-            self._sync()
             args = self._clone(inputs)
+            # the candidate first, as in the trials: run after the reference, a buffer it gets back
+            # from the allocator could already hold the reference's intermediate, the very values
+            # its kernel writes, and the write would be invisible
             start = work._perf_counter()
             with torch.no_grad(), work.probing(self.counter, probe, new_ops), self._candidate_code():
                 out_c = self.new_model(*args)
             self._sync()
-            return out_r, out_c, work._perf_counter() - start
+            seconds = work._perf_counter() - start
+            with torch.no_grad():
+                out_r = self.ref_model(*self._clone(inputs))
+            self._sync()
+            return out_r, out_c, seconds
 
         def matches(out_r: Any, out_c: Any) -> Any:
             tol = compare.tolerance_for(compare.flatten(out_r), self.job.get("atol"), self.job.get("rtol"))
