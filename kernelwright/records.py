@@ -193,6 +193,10 @@ class EvalResult(BaseModel):
     timing: Optional[TimingStats] = None
     ref_timing: Optional[TimingStats] = None
     custom_calls: dict[str, int] = Field(default_factory=dict)  # compiled entry point -> calls seen
+    # Share of one forward's time spent inside custom calls (synchronized on a GPU), measured outside
+    # the timing loop; None when custom code never ran in every trial.
+    custom_share: Optional[float] = None
+    copy_only_calls: list[str] = Field(default_factory=list)  # custom entry points that only copied or filled
     builds: list[dict[str, Any]] = Field(default_factory=list)  # each load_inline/load call: name, seconds, ok
     findings: list[Finding] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)  # for review: e.g. speedup_above_10x

@@ -21,7 +21,11 @@ def print_result(console: Console, r: EvalResult) -> None:
     facts = Table(box=None, show_header=False)
     facts.add_row("compiled", str(r.compiled))
     facts.add_row("correct (outputs match)", str(r.correct))
-    facts.add_row("custom kernel ran", str(r.custom_kernel) + (f"  {r.custom_calls}" if r.custom_calls else ""))
+    facts.add_row("custom kernel did the work", str(r.custom_kernel) + (f"  {r.custom_calls}" if r.custom_calls else ""))
+    if r.custom_share is not None:
+        facts.add_row("time in custom code", f"{100 * r.custom_share:.1f}% of one forward")
+    if r.copy_only_calls:
+        facts.add_row("copy-only custom calls", ", ".join(r.copy_only_calls))
     if r.tolerance:
         facts.add_row("tolerance", f"atol={r.tolerance.atol:g} rtol={r.tolerance.rtol:g} ({r.tolerance.dtype}), {r.trials} trials")
     if r.runtime_ms is not None and r.timing and r.ref_timing:

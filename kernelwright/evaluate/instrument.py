@@ -10,7 +10,9 @@ code are wrapped:
 - operators a candidate registers with the dispatcher (`TORCH_LIBRARY`, `is_python_module=False`):
   the set of operator names before and after import is diffed; calls to new ones are counted
   from a profiler trace of one extra forward.
-A candidate is credited with a custom kernel only if these counters move during `forward`.
+These counters must move during `forward` in every correctness trial; whether the calls did the
+work (the output depends on them, they are not copies) is then decided by work.py, whose probes
+these wrappers route every call through while it checks.
 
 Tamper check. A snapshot of the objects the evaluator relies on (clocks, synchronize, events,
 comparison functions, RNG seeding, the evaluator's own functions) is taken before the candidate
@@ -41,6 +43,8 @@ class CallCounter:
         self.calls: Counter[str] = Counter()
         self.builds: list[dict[str, Any]] = []  # one per load_inline/load call
         self.triton_kernels: set[str] = set()
+        # While the worker checks the work done (work.py), every custom call goes through this.
+        self.probe: Optional[Any] = None
 
     def total(self) -> int:
         return sum(self.calls.values())
@@ -75,7 +79,8 @@ class _CountingModule:
 
 def _counted(fn: Callable[..., Any], key: str, counter: CallCounter) -> Callable[..., Any]:
     def counted(*args: Any, **kwargs: Any) -> Any:
-        result = fn(*args, **kwargs)
+        probe = counter.probe
+        result = fn(*args, **kwargs) if probe is None else probe.call(key, fn, args, kwargs)
         counter.calls[key] += 1
         return result
 
@@ -170,11 +175,16 @@ def _install_triton(counter: CallCounter) -> None:
         real_run = cls.run
 
         def run(self: Any, *args: Any, _real: Callable[..., Any] = real_run, **kwargs: Any) -> Any:
-            result = _real(self, *args, **kwargs)
             # warmup=True compiles without launching: not a call
-            if not kwargs.get("warmup", False):
-                name = getattr(getattr(self, "fn", None), "__name__", None) or getattr(self, "__name__", "triton")
-                counter.calls[f"triton.{name}"] += 1
+            if kwargs.get("warmup", False):
+                return _real(self, *args, **kwargs)
+            name = getattr(getattr(self, "fn", None), "__name__", None) or getattr(self, "__name__", "triton")
+            key, probe = f"triton.{name}", counter.probe
+            if probe is None:
+                result = _real(self, *args, **kwargs)
+            else:  # a launch writes its tensor arguments: the probe sees them change
+                result = probe.call(key, lambda *a, **k: _real(self, *a, **k), args, kwargs)
+            counter.calls[key] += 1
             return result
 
         cls.run = run
@@ -230,6 +240,11 @@ def _guarded() -> list[tuple[str, Any, str]]:
 class TamperGuard:
     def __init__(self) -> None:
         self.items = _guarded()
+        self.originals = [getattr(obj, attr, None) for _, obj, attr in self.items]
+
+    def rebase(self) -> None:
+        """Take the snapshot again: after a check found nothing changed, the evaluator imported
+        something that rebinds guarded objects itself (torch._dynamo wraps torch.manual_seed)."""
         self.originals = [getattr(obj, attr, None) for _, obj, attr in self.items]
 
     def changed(self) -> list[str]:

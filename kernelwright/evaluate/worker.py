@@ -15,6 +15,11 @@ Order of work, and why:
 4. Timing (timing.time_pair) checks every timed call's inputs and output against the reference.
 5. After timing, one more check on never-seen inputs: a candidate that starts caching once it is
    called repeatedly is caught there.
+5. Last, the work check (work.py): the share of time in custom code, which custom calls computed
+   something, and whether the output changes when their outputs are replaced by noise. It runs
+   after everything else because it alters what the candidate's calls produce.
+The reference is loaded under a name nobody can import and with no file in the candidate's folder;
+while candidate code runs (outside the timing loop) any call into the reference's code is a cheat.
 """
 
 from __future__ import annotations
@@ -93,6 +98,19 @@ class Worker:
 
     # -- helpers ------------------------------------------------------------------------------
 
+    @contextmanager
+    def _candidate_code(self) -> Iterator[None]:
+        """Candidate code runs inside: a call into the reference's code is a cheat, and takes
+        precedence over whatever else the candidate's code ended with."""
+        watch = self.ref_watch
+        with watch.armed():
+            try:
+                yield
+            finally:
+                reasons = watch.reasons()
+                if reasons:
+                    raise Finish("cheat", "; ".join(reasons), cheat_reasons=reasons)
+
     def _import(self, source: str, modname: str, filename: str) -> types.ModuleType:
         path = os.path.join(self.job["workdir"], filename)
         with open(path, "w") as f:
@@ -122,7 +140,7 @@ class Worker:
 
         frames = traceback.extract_tb(exc.__traceback__)
         where = [f"  {os.path.basename(fr.filename)}:{fr.lineno} in {fr.name}" for fr in frames
-                 if fr.filename.endswith(("candidate.py", "reference.py"))][-3:]
+                 if fr.filename.endswith("candidate.py") or fr.filename.startswith("<reference-")][-3:]
         head = f"{type(exc).__name__}: {exc}"
         text = first_relevant_lines(head + "\n" + log) if log or len(head) > 400 else head
         return "\n".join([text, *where]) if where else text
@@ -134,9 +152,10 @@ class Worker:
         with self.stage("setup"):
             import torch
 
-            from kernelwright.evaluate import compare, device_lock, draw, instrument, timing
+            from kernelwright.evaluate import compare, device_lock, draw, instrument, timing, work
 
             self.torch, self.compare, self.instrument, self.timing = torch, compare, instrument, timing
+            self.work = work
             self.draw = draw
             if job.get("time", True) and not job.get("compile_only"):
                 # imported before any candidate code runs
@@ -163,7 +182,9 @@ class Worker:
 
         with self.stage("load_reference"):
             try:
-                self.ref_mod = self._import(job["task_source"], "kw_reference", "reference.py")
+                # no module name to import and no file to read: the job's copy of the source goes too
+                self.ref_mod, ref_filename = work.load_reference(job.pop("task_source"))
+                self.ref_watch = work.ReferenceWatch(ref_filename)
                 self._seed(job["seed"])
                 self.init_inputs = self.ref_mod.get_init_inputs()
                 self._seed(job["seed"])
@@ -177,12 +198,12 @@ class Worker:
         place = instrument.BuildPlace(scratch=job["workdir"], cache_root=job.get("builds_root"),
                                       scope=job.get("build_scope"))
         instrument.install(counter, place, build_fn)
-        guard = instrument.TamperGuard()
+        guard = self.guard = instrument.TamperGuard()
         ops_before = instrument.dispatcher_ops()
         threads_before, children_before = instrument.python_threads(), instrument.child_pids()
         self.counter = counter
 
-        with self.stage("compile"):
+        with self.stage("compile"), self._candidate_code():
             cand = self._import_candidate(job["candidate_source"], counter)
         self.fields["compiled"] = True
         self.fields["builds"] = counter.builds
@@ -194,7 +215,7 @@ class Worker:
                 raise Finish("compiled")  # Triton kernels compile at first launch: defined is all we can check
             raise Finish("no_custom_kernel", "compile-only: the candidate builds no extension and defines no Triton kernel")
 
-        with self.stage("init"):
+        with self.stage("init"), self._candidate_code():
             model_cls = getattr(cand, "ModelNew", None)
             if model_cls is None:
                 raise Finish("runtime_error", "the candidate defines no ModelNew")
@@ -217,6 +238,11 @@ class Worker:
             self._check_tamper(guard)
             with self.stage("recheck"):
                 self._recheck()
+            self._check_leftovers(threads_before, children_before)
+        if self.fields["custom_kernel"]:
+            with self.stage("work"):
+                self._work(new_ops)
+            self._check_tamper(guard)
             self._check_leftovers(threads_before, children_before)
         raise Finish("correct" if self.fields["custom_kernel"] else "no_custom_kernel")
 
@@ -294,8 +320,10 @@ class Worker:
             inputs = self._inputs(job["seed"] + 1 + k)
             before = counter.total()
             try:
-                with torch.no_grad():
+                with torch.no_grad(), self._candidate_code():
                     out_c = self.new_model(*self._clone(inputs))
+            except Finish:
+                raise
             except Exception as e:
                 raise Finish(*self._classify_runtime(e)) from e
             self._side_stream_check(out_c)
@@ -323,9 +351,14 @@ class Worker:
             previous.append((out_r, out_c))
         custom = dict(counter.snapshot())
         if new_ops and not all(calls_per_trial):
-            with torch.no_grad():
-                custom.update(self.instrument.count_new_op_calls(
-                    new_ops, lambda: self.new_model(*self._clone(self._inputs(job["seed"])))))
+            args = self._clone(self._inputs(job["seed"]))  # drawn by the reference's get_inputs: not armed
+            # The profiler's first session imports torch._dynamo, which wraps torch.manual_seed:
+            # check the guard, make that import ours, and take the snapshot again.
+            self._check_tamper(self.guard)
+            import torch._dynamo  # noqa: F401
+            self.guard.rebase()
+            with torch.no_grad(), self._candidate_code():
+                custom.update(self.instrument.count_new_op_calls(new_ops, lambda: self.new_model(*args)))
             calls_per_trial = [1] * len(calls_per_trial) if any(k.startswith("op.") for k in custom) else calls_per_trial
         self.fields["custom_calls"] = custom
         # Custom code must run in every trial, not once at construction or on one lucky input.
@@ -424,7 +457,8 @@ class Worker:
         torch, compare = self.torch, self.compare
         inputs = self._inputs(self.job["seed"] + 999_983)
         with torch.no_grad():
-            out_c = self.new_model(*self._clone(inputs))
+            with self._candidate_code():
+                out_c = self.new_model(*self._clone(inputs))
             self._sync()
             out_r = self.ref_model(*self._clone(inputs))
             self._sync()
@@ -433,6 +467,64 @@ class Worker:
         if not result.ok:
             raise Finish("cheat", "correct on the first trials, wrong after repeated calls: " + result.message,
                          cheat_reasons=["output changes after repeated calls (caching or state)"])
+
+    def _work(self, new_ops: set[str]) -> None:
+        """Custom code ran in every trial; did it do the work? (work.py says how.) Each forward
+        here gets its own fresh inputs and runs before the reference: a buffer the allocator hands
+        back then holds another input's result, so what a call writes differs from what was there
+        (how written arguments are found)."""
+        torch, compare, work = self.torch, self.compare, self.work
+
+        def forward(probe: Any, offset: int) -> tuple[Any, Any, float]:
+            """(reference output, candidate output, the candidate's seconds) on fresh inputs, the
+            candidate's custom calls going through `probe`."""
+            inputs = self._inputs(self.job["seed"] + 555_557 + offset)
+            args = self._clone(inputs)
+            # the candidate first, as in the trials: run after the reference, a buffer it gets back
+            # from the allocator could already hold the reference's intermediate, the very values
+            # its kernel writes, and the write would be invisible
+            start = work._perf_counter()
+            with torch.no_grad(), work.probing(self.counter, probe, new_ops), self._candidate_code():
+                out_c = self.new_model(*args)
+            self._sync()
+            seconds = work._perf_counter() - start
+            with torch.no_grad():
+                out_r = self.ref_model(*self._clone(inputs))
+            self._sync()
+            return out_r, out_c, seconds
+
+        def matches(out_r: Any, out_c: Any) -> Any:
+            tol = compare.tolerance_for(compare.flatten(out_r), self.job.get("atol"), self.job.get("rtol"))
+            return compare.compare(out_r, out_c, tol, -1)
+
+        try:
+            timer = work.TimeProbe(self._sync)
+            total = forward(timer, 0)[2]
+            seen = work.InspectProbe()
+            out_r, out_c, _ = forward(seen, 1)
+        except Finish:
+            raise
+        except Exception as e:
+            raise Finish(*self._classify_runtime(e)) from e
+        self.fields["custom_share"] = round(min(1.0, timer.seconds / total), 4) if total > 0 else None
+        result = matches(out_r, out_c)
+        if not result.ok:
+            raise Finish("wrong_output", "wrong on fresh inputs in the work check: " + result.message)
+        self.fields["copy_only_calls"] = sorted(seen.seen - seen.work)
+        if not seen.work:
+            self.fields["custom_kernel"] = False
+            raise Finish("no_custom_kernel", "every custom call only copied its input, filled a constant or "
+                         f"produced nothing: {', '.join(sorted(seen.seen))}")
+        try:
+            out_r, perturbed, _ = forward(work.PerturbProbe(seen.work), 2)
+        except Finish:
+            raise
+        except Exception:  # noqa: BLE001 - failing on altered custom outputs is depending on them
+            return
+        if matches(out_r, perturbed).ok:
+            self.fields["custom_kernel"] = False
+            raise Finish("no_custom_kernel", "the output does not depend on the custom code: with the outputs of "
+                         f"{', '.join(sorted(seen.work))} replaced by noise, it still matches the reference")
 
     def _check_tamper(self, guard: Any) -> None:
         changed = guard.changed()

@@ -73,7 +73,9 @@ def test_correct_record_is_complete(bias_relu, fast_cfg):
     assert r.speedup is not None and r.runtime_ms > 0 and r.ref_runtime_ms > 0
     assert r.timing.calls == 20 and r.ref_timing.calls == 20
     assert r.tolerance.atol == 1e-4 and r.tolerance.rtol == 1e-4 and r.tolerance.dtype == "float32"
-    assert [s.name for s in r.stages] == ["setup", "load_reference", "compile", "init", "correctness", "timing", "recheck"]
+    assert [s.name for s in r.stages] == ["setup", "load_reference", "compile", "init", "correctness", "timing", "recheck",
+                                         "work"]
+    assert 0.0 < r.custom_share <= 1.0 and r.copy_only_calls == []
     assert all(s.ok for s in r.stages)
 
 

@@ -1,0 +1,281 @@
+"""Work, not presence: did the custom code compute the candidate's output, and did the candidate
+stay away from the reference?
+
+"Custom code ran" (instrument.py counts successful calls) is not "custom code did the work": an
+identity kernel followed by PyTorch math, a kernel whose result is thrown away, or a call on a
+throwaway tensor all run custom code. After correctness, the worker runs the candidate's forward
+a few more times on fresh inputs with a *probe* installed around every custom call (extension
+functions, Triton launches, operators the candidate registered with the dispatcher):
+
+- `TimeProbe`: synchronized time inside custom calls over the time of the whole forward
+  (`EvalResult.custom_share`), measured outside the timing loop so timing stays clean;
+- `InspectProbe`: which entry points computed something. A call whose every output (returned
+  tensors, and tensor arguments it wrote) equals one of its inputs (same values, any shape, after
+  a cast), or is a constant fill, or that produced nothing, only copied: it did no work;
+- `PerturbProbe`: every call of an entry point that did work has its outputs replaced by
+  deterministic noise (the elements it wrote in its tensor arguments, in place; the tensors it
+  returns, as scrambled clones so an input it merely returned is left alone). If the module's
+  output still matches the reference, it does not depend on the custom code.
+
+Reaching the reference. The reference module is loaded from its source under a random name that
+is not left in `sys.modules` and with no file in the candidate's folder (`load_reference`); its
+code objects carry a random file name. `ReferenceWatch` is a profile hook, set while candidate
+code runs outside the timing loop, that records any call into code compiled from that source,
+however the candidate got hold of it (gc, a frame, a closure, an instance's class).
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import threading
+import time
+import types
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+_perf_counter = time.perf_counter  # captured before any candidate code runs (as in timing.py)
+
+NOISE_SEED = 0x6B77
+
+
+# --- reaching the reference ---------------------------------------------------------------
+
+def load_reference(source: str) -> tuple[types.ModuleType, str]:
+    """Execute the task's source as a module nobody can import: returns it and the file name its
+    code objects carry. It sits in `sys.modules` only while its body runs (dataclasses, pickling
+    of classes look themselves up there); no file is written."""
+    tag = secrets.token_hex(8)
+    name, filename = f"_kw_ref_{tag}", f"<reference-{tag}>"
+    module = types.ModuleType(name)
+    code = compile(source, filename, "exec")
+    sys.modules[name] = module
+    try:
+        exec(code, module.__dict__)  # noqa: S102 - the task's own source, in the evaluator's child
+    finally:
+        sys.modules.pop(name, None)
+    return module, filename
+
+
+class ReferenceWatch:
+    """While armed, records every Python call into code compiled from the reference's source."""
+
+    def __init__(self, filename: str):
+        self.filename = filename
+        self.hits: list[str] = []
+        self.removed = False  # the candidate replaced or removed the hook while it was armed
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            if event == "call" and frame.f_code.co_filename == filename:
+                self.hits.append(frame.f_code.co_qualname if hasattr(frame.f_code, "co_qualname")
+                                 else frame.f_code.co_name)
+
+        self._hook = profile
+
+    @contextmanager
+    def armed(self) -> Iterator[None]:
+        previous, previous_threads = sys.getprofile(), threading.getprofile()
+        sys.setprofile(self._hook)
+        threading.setprofile(self._hook)
+        try:
+            yield
+        finally:
+            if sys.getprofile() is not self._hook:
+                self.removed = True
+            sys.setprofile(previous)
+            threading.setprofile(previous_threads)  # type: ignore[arg-type]
+
+    def reasons(self) -> list[str]:
+        out = []
+        if self.hits:
+            names = sorted(set(self.hits))
+            out.append(f"the candidate ran the reference ({', '.join(names[:5])})")
+        if self.removed:
+            out.append("the reference-call watch was removed while candidate code ran")
+        return out
+
+
+# --- probes around custom calls -------------------------------------------------------------
+
+def tensors_in(obj: Any, depth: int = 0) -> list[torch.Tensor]:
+    """The tensors in a call's arguments or result (tuples, lists, dict values; a few levels)."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if depth > 4:
+        return []
+    if isinstance(obj, (tuple, list)):
+        return [t for x in obj for t in tensors_in(x, depth + 1)]
+    if isinstance(obj, dict):
+        return [t for x in obj.values() for t in tensors_in(x, depth + 1)]
+    return []
+
+
+def _snapshot(args: tuple, kwargs: dict) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """A call's tensor arguments and copies of them as they were before it ran."""
+    inputs = tensors_in((args, kwargs))
+    return inputs, [t.detach().clone() for t in inputs]
+
+
+def _changed(now: torch.Tensor, before: torch.Tensor) -> Optional[torch.Tensor]:
+    """Elementwise mask of what a call wrote into `now` (None: it wrote nothing). A tensor resized
+    in place counts as wholly written."""
+    if now.shape != before.shape or now.dtype != before.dtype:
+        return torch.ones(now.shape, dtype=torch.bool, device=now.device)
+    diff = now != before
+    if now.is_floating_point() or now.is_complex():
+        diff &= ~(now.isnan() & before.isnan())
+    return diff if bool(diff.any()) else None
+
+
+class Probe:
+    """Runs one custom call; subclasses observe or alter it."""
+
+    def call(self, key: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        return fn(*args, **kwargs)
+
+
+class TimeProbe(Probe):
+    def __init__(self, sync: Callable[[], None]):
+        self.sync, self.seconds = sync, 0.0
+
+    def call(self, key: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        self.sync()
+        start = _perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.sync()
+            self.seconds += _perf_counter() - start
+
+
+class InspectProbe(Probe):
+    """Which entry points computed something (`work`), of all those called (`seen`)."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.work: set[str] = set()
+
+    def call(self, key: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        inputs, before = _snapshot(args, kwargs)
+        result = fn(*args, **kwargs)
+        self.seen.add(key)
+        written = [t for t, b in zip(inputs, before) if _changed(t, b) is not None]
+        outputs = tensors_in(result) + written
+        if any(not _copy_or_fill(o, before) for o in outputs):
+            self.work.add(key)
+        return result
+
+
+def _copy_or_fill(out: torch.Tensor, inputs: list[torch.Tensor]) -> bool:
+    """`out` holds nothing computed: empty, one value repeated, or an input's values (any shape,
+    after a cast)."""
+    flat = out.detach().reshape(-1)
+    if flat.numel() == 0:
+        return True
+    if flat.numel() > 1 and bool((flat == flat[0]).all()):
+        return True
+    for x in inputs:
+        if x.numel() == flat.numel():
+            try:
+                same = torch.equal(flat, x.reshape(-1).to(device=flat.device, dtype=flat.dtype))
+            except (RuntimeError, TypeError):
+                continue
+            if same:
+                return True
+    return False
+
+
+class PerturbProbe(Probe):
+    """Replaces what the calls of `keys` produce with deterministic noise."""
+
+    def __init__(self, keys: set[str]):
+        self.keys = keys
+        self.calls = 0
+
+    def call(self, key: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        if key not in self.keys:
+            return fn(*args, **kwargs)
+        inputs, before = _snapshot(args, kwargs)
+        result = fn(*args, **kwargs)
+        written = []
+        with torch.no_grad():
+            for t, b in zip(inputs, before):
+                mask = _changed(t, b)
+                if mask is not None:
+                    t.copy_(torch.where(mask, self._noise(t), t))
+                    written.append(t)
+        return self._scramble_result(result, written)
+
+    def _scramble_result(self, result: Any, written: list[torch.Tensor]) -> Any:
+        if isinstance(result, torch.Tensor):
+            storage = _storage(result)
+            if storage is not None and any(_storage(w) == storage for w in written):
+                return result  # a view of an argument it wrote: already scrambled in place
+            with torch.no_grad():
+                return self._noise(result)
+        if isinstance(result, (tuple, list)):
+            items = [self._scramble_result(x, written) for x in result]
+            return type(result)(items) if isinstance(result, list) else tuple(items)
+        if isinstance(result, float):
+            return -3.0 * result + 1.0
+        return result
+
+    def _noise(self, t: torch.Tensor) -> torch.Tensor:
+        """A tensor like `t` whose values carry nothing of `t`'s: random, larger, sign-mixed."""
+        self.calls += 1
+        t = t.detach()
+        if t.dtype == torch.bool:
+            return ~t
+        if not (t.is_floating_point() or t.is_complex()):
+            # integers (indices, counts): the call's own values, moved to other positions, so an
+            # index stays in range
+            return t.reshape(-1).roll(1).reshape(t.shape).clone()
+        gen = torch.Generator(device=t.device)
+        gen.manual_seed(NOISE_SEED + self.calls)
+        real = torch.view_as_real(t) if t.is_complex() else t
+        finite = real[real.isfinite()]
+        scale = 1.0 + (float(finite.abs().max()) if finite.numel() else 0.0)
+        noise = torch.randn(real.shape, generator=gen, device=t.device, dtype=torch.float32) * (3.0 * scale)
+        limit = torch.finfo(real.dtype).max
+        noise = noise.clamp(-limit, limit).to(real.dtype)
+        return torch.view_as_complex(noise) if t.is_complex() else noise
+
+
+def _storage(t: torch.Tensor) -> Optional[int]:
+    try:
+        return t.untyped_storage().data_ptr()
+    except Exception:  # noqa: BLE001 - tensors without storage (sparse, meta)
+        return None
+
+
+class _OpRouter(TorchDispatchMode):
+    """Sends calls of the candidate's own dispatcher operators through a probe."""
+
+    def __init__(self, ops: set[str], probe: Probe):
+        super().__init__()
+        self.ops, self.probe = ops, probe
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        kwargs = kwargs or {}
+        name = func.name()
+        if name in self.ops or name.split(".")[0] in self.ops:
+            return self.probe.call(f"op.{name.split('.')[0]}", func, args, kwargs)
+        return func(*args, **kwargs)
+
+
+@contextmanager
+def probing(counter: Any, probe: Probe, new_ops: set[str]) -> Iterator[None]:
+    """Route every custom call (wrapped extension functions, Triton launches, new dispatcher
+    operators) through `probe` for the duration."""
+    counter.probe = probe
+    try:
+        if new_ops:
+            with _OpRouter(new_ops, probe):
+                yield
+        else:
+            yield
+    finally:
+        counter.probe = None
