@@ -44,8 +44,16 @@ def _tier_of(cmdline: str) -> Optional[str]:
     return None
 
 
-def _processes() -> Iterator[tuple[int, int, str]]:
-    """(pid, parent pid, command line) of every process we may read."""
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _uptime() -> float:
+    with open("/proc/uptime") as f:
+        return float(f.read().split()[0])
+
+
+def _processes() -> Iterator[tuple[int, int, str, float]]:
+    """(pid, parent pid, command line, start in seconds since boot) of every process we may read."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -56,9 +64,10 @@ def _processes() -> Iterator[tuple[int, int, str]]:
                 cmd = f.read().decode(errors="replace")
         except OSError:
             continue
-        # the command name in stat is parenthesised and may hold spaces: the ppid follows the last ')'
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        yield int(name), ppid, cmd
+        # the command name in stat is parenthesised and may hold spaces: fields 4 (ppid) and 22
+        # (start time, in clock ticks since boot) counted from there
+        fields = stat.rsplit(")", 1)[1].split()
+        yield int(name), int(fields[1]), cmd, int(fields[19]) / _TICKS
 
 
 class Watch:
@@ -68,6 +77,7 @@ class Watch:
         self.interval = interval
         self.root = os.getpid()
         self.current: Optional[str] = None
+        self.since = 0.0  # when the current test began, in seconds since boot
         self.seen: dict[str, dict[str, str]] = {}  # nodeid -> tier -> an example program
         threading.Thread(target=self._loop, name="tier-watch", daemon=True).start()
 
@@ -80,10 +90,12 @@ class Watch:
 
     def _scan(self, nodeid: str) -> None:
         procs = list(_processes())
-        parent = {pid: ppid for pid, ppid, _ in procs}
-        for pid, _, cmd in procs:
+        parent = {pid: ppid for pid, ppid, _, _ in procs}
+        for pid, _, cmd, started in procs:
             tier = _tier_of(cmd)
-            if tier is None or not self._descends(pid, parent):
+            # what an earlier test started and left running (a session's model server, Ray's idle
+            # workers) is not this test's cost
+            if tier is None or started < self.since - 1.0 or not self._descends(pid, parent):
                 continue
             self.seen.setdefault(nodeid, {}).setdefault(tier, cmd.split("\0", 1)[0].rsplit("/", 1)[-1])
 
@@ -129,6 +141,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem) -> Iterator[None]:
     if _watch is not None:
+        _watch.since = _uptime()
         _watch.current = item.nodeid
     yield
     if _watch is not None:

@@ -59,13 +59,15 @@ def cluster():
 
 
 def _sandbox_running_with(marker: str) -> bool:
-    """Whether an evaluation worker whose environment names our cache folder is alive."""
+    """Whether an evaluation worker whose command line or environment names our cache folder is alive."""
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             cmd = (proc / "cmdline").read_bytes()
-            if b"kernelwright.evaluate.worker" in cmd and marker.encode() in (proc / "environ").read_bytes():
+            # a confined worker's wrapper (bwrap / unshare) names the cache folder it binds read-only
+            if b"kernelwright.evaluate.worker" in cmd and (marker.encode() in cmd
+                                                         or marker.encode() in (proc / "environ").read_bytes()):
                 return True
         except OSError:
             continue

@@ -336,6 +336,7 @@ def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig, run:
         raise ConfinementError(str(e)) from None
     try:
         # the worker's tree is dead: what it built is promoted, into its own candidate's scope only
+        # (a cache that cannot take it, a full disk say, is logged there: the verdict stands)
         buildcache.promote(outcome.scratch, str(builds_root(cfg)), buildcache.scope_of(code_hash))
     finally:
         if not cfg.keep_workdir:

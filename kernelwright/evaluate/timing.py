@@ -198,19 +198,21 @@ def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
 
 def time_pair(candidate: Callable[..., Any], reference: Callable[..., Any], draw: Callable[[], list[Any]],
               check: Callable[[Any, Any], Optional[str]], device: torch.device, cfg: TimingConfig,
-              bandwidth: Optional[float] = None) -> PairTiming:
+              bandwidth: Optional[float] = None, threads: Optional[int] = None) -> PairTiming:
     """Median and IQR of the candidate and of the reference, timed call by call in alternation.
 
     `draw()` returns a fresh set of inputs (fresh values; the caller draws them from a seed the
     candidate cannot predict). `check(ref_out, cand_out)` returns a mismatch message or None.
     Raises TimedCallRejected when the candidate changed its inputs or returned a wrong output
-    in any call of the loop. `bandwidth` (bytes/s) gives the records their floor.
+    in any call of the loop. `bandwidth` (bytes/s) gives the records their floor. `threads`: the CPU
+    thread count to use (default: torch's, capped at the cores free now); a second timing that must
+    match an earlier one passes the earlier one's.
     """
     from kernelwright.evaluate.compare import identical
 
     clock = _Clock(device, cfg.flush_cache)
     before = machine_load()
-    threads = free_cpu_threads(before) if not clock.cuda else None
+    threads = (threads or free_cpu_threads(before)) if not clock.cuda else None
     saved_threads = torch.get_num_threads()
     samples_c: list[float] = []
     samples_r: list[float] = []

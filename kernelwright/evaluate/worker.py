@@ -416,8 +416,7 @@ class Worker:
         if speedup and speedup > 10:
             self.fields.setdefault("flags", []).append("speedup_above_10x: review before trusting")
         if job.get("compile_baseline"):
-            sets = [self._inputs(job["seed"] + 1000 + i) for i in range(job["input_sets"])]
-            self._compile_baseline(sets, cfg, cand)
+            self._compile_baseline(draw, check, cfg, cand)
 
     def _bandwidth(self) -> Optional[float]:
         """Memory bandwidth for the floor: measured on this CPU (cached per machine in the cache
@@ -430,23 +429,22 @@ class Worker:
             return peaks.bandwidth if peaks.sources.get("bandwidth") != "assumed" else None
         return cpu_peaks(Path(self.job["builds_root"]).parent).bandwidth
 
-    def _compile_baseline(self, sets: list, cfg: Any, cand: Any) -> None:
-        """torch.compile(reference), timed like the rest. A compile that fails here is a fact about
-        this machine (no C++ compiler for inductor, an unsupported op), recorded, not a verdict."""
+    def _compile_baseline(self, draw: Any, check: Any, cfg: Any, cand: Any) -> None:
+        """torch.compile(reference), timed under the protocol the candidate was timed with (time_pair
+        against the eager reference: fresh inputs per call, alternation, every output checked), so
+        fast_1 against it compares like with like. A compile that fails here is a fact about this
+        machine (no C++ compiler for inductor, an unsupported op), recorded, not a verdict."""
         timing, inst = self.timing, self.instrument
         threads, children = inst.python_threads(), inst.child_pids()
-        saved = self.torch.get_num_threads()
         try:
             compiled = self.torch.compile(self.ref_model)
-            if cand.threads:
-                self.torch.set_num_threads(cand.threads)  # the threads the candidate was timed with
-            comp = timing.time_calls(compiled, sets, self.device, cfg)
+            comp = timing.time_pair(compiled, self.ref_model, draw, check, self.device, cfg,
+                                    threads=cand.threads).candidate
         except Exception as e:  # noqa: BLE001 -- any failure of the baseline is reported as such
             text = str(e).strip()
             self.fields["compile_baseline_error"] = f"{type(e).__name__}: {text.splitlines()[0][:200] if text else ''}"
             return
         finally:
-            self.torch.set_num_threads(saved)
             # inductor's compile threads and workers are ours, not the candidate's
             self.baseline_threads = inst.python_threads() - threads
             self.baseline_children = inst.child_pids() - children

@@ -184,8 +184,11 @@ class ModelNew(nn.Module):
 
 @pytest.mark.build
 def test_a_candidate_built_once_is_loaded_from_the_cache(bias_relu, fast_cfg, build_cache):
+    from kernelwright.evaluate.buildcache import scope_of
+
     first = run(bias_relu, "correct_cpp.py", fast_cfg(time=False))
-    libs = list((build_cache / "builds").glob("*/*/kw_fixture_bias_relu.so"))
+    # the cache is shared by the whole test run: look in this candidate's scope only
+    libs = list((build_cache / "builds" / scope_of(first.candidate_hash)).glob("*/kw_fixture_bias_relu.so"))
     assert len(libs) == 1 and first.builds[0]["cache"] in ("miss", "hit")
     mtime = libs[0].stat().st_mtime_ns
     again = run(bias_relu, "correct_cpp.py", fast_cfg(time=False))

@@ -113,12 +113,22 @@ def tiny_disk(tmp_path):
 
 
 @pytest.mark.build
-def test_full_build_cache_is_an_infrastructure_error(bias_relu, fast_cfg, tiny_disk):
+def test_a_full_disk_is_an_infrastructure_error_never_the_candidates(bias_relu, fast_cfg, tiny_disk, monkeypatch,
+                                                                     caplog):
+    import tempfile
+
     from kernelwright.evaluate import InfrastructureError
 
     source = (CANDIDATES / "cpu" / "correct_cpp.py").read_text()
+    # builds run in the worker's scratch: a full disk there stops the evaluation with no verdict
+    monkeypatch.setattr(tempfile, "tempdir", str(tiny_disk))
     with pytest.raises(InfrastructureError, match="no space left on device"):
-        evaluate(bias_relu, source, fast_cfg(cache_dir=str(tiny_disk), time=False))
+        evaluate(bias_relu, source, fast_cfg(time=False))
+    monkeypatch.undo()
+    # a full build cache only stops the build being kept: the candidate keeps its verdict
+    r = evaluate(bias_relu, source, fast_cfg(cache_dir=str(tiny_disk), time=False))
+    assert r.verdict == Verdict.CORRECT, (r.verdict, r.error)
+    assert "No space left on device" in caplog.text
 
 
 def _stats(median_ms, floor_ms):
