@@ -111,7 +111,7 @@ def test_python_infinite_loop_times_out_and_next_evaluation_is_fine(bias_relu, f
 def test_cpp_infinite_loop_times_out(bias_relu, fast_cfg):
     # build first (compile-only: it stops after the import): builds are cached per candidate
     assert run(bias_relu, "spin_cpp.py", fast_cfg(compile_only=True)).verdict == Verdict.COMPILED
-    r = run(bias_relu, "spin_cpp.py", fast_cfg(timeout=30))
+    r = run(bias_relu, "spin_cpp.py", fast_cfg(timeout=60))  # room for a loaded machine to load the build
     assert r.verdict == Verdict.TIMEOUT and r.compiled
 
 
