@@ -32,14 +32,11 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Optional
 
 from kernelwright.evaluate import sandbox
@@ -97,7 +94,6 @@ class PoolConfig:
     prewarm: bool = True  # keep the next worker process started (torch imported) in every slot
     dedupe: bool = True
     prebuild: bool = True  # False: every build happens in the device slot (one at a time)
-    scratch: Optional[str] = None  # slot folders; default: a fresh folder under the build cache
 
 
 @dataclass
@@ -115,12 +111,11 @@ class Slot:
     """One worker of the pool: its folders, its environment additions and its warm spare.
     `run` has sandbox.run_job's signature, so the evaluator runs its job through it."""
 
-    def __init__(self, name: str, home: Path, max_jobs: int, prewarm: bool, overlap: bool,
+    def __init__(self, name: str, max_jobs: int, prewarm: bool, overlap: bool,
                  extra_env: Optional[dict[str, str]] = None) -> None:
-        self.name, self.home, self.max_jobs = name, home, max_jobs
+        self.name, self.max_jobs = name, max_jobs
         self.prewarm, self.overlap = prewarm, overlap
         self.extra_env = dict(extra_env or {})
-        self.home.mkdir(parents=True, exist_ok=True)
         self._spare: Optional[sandbox.Spawned] = None
         self.recycled = 0
 
@@ -193,8 +188,6 @@ class EvalPool:
             raise ValueError("EvalPool needs at least one device")
         self.cores = available_cores()
         n_compile = self.config.compile_workers or max(1, min(8, self.cores // 2))
-        self._scratch = Path(self.config.scratch or tempfile.mkdtemp(prefix="kw-pool-"))
-        self._own_scratch = self.config.scratch is None
         self._arch: dict[str, str] = {}
         self.stats = PoolStats()
         self._links = LinkTable()
@@ -213,14 +206,14 @@ class EvalPool:
             # Builds never need a GPU: hiding it keeps a candidate's import-time CUDA calls off the
             # GPUs the device slots are timing on.
             hide = {"CUDA_VISIBLE_DEVICES": ""} if cuda else {}
-            slot = Slot(f"compile{i}", self._scratch / f"compile{i}", per_build, self.config.prewarm,
+            slot = Slot(f"compile{i}", per_build, self.config.prewarm,
                         overlap=True, extra_env=hide)
             self._start(slot, self._compile_q, self._prebuild_one)
         for d in devices:
             d = device_key(d)
             self._device_q[d] = queue.Queue()
             # a device slot builds only what a prebuild could not (rare): one job is enough
-            slot = Slot(d.replace(":", ""), self._scratch / d.replace(":", ""), 1, self.config.prewarm,
+            slot = Slot(d.replace(":", ""), 1, self.config.prewarm,
                         overlap=d.startswith("cuda"))
             self._start(slot, self._device_q[d], self._evaluate_one)
 
@@ -282,8 +275,6 @@ class EvalPool:
                 q.put(_STOP)
             for _q, t in group:
                 t.join()
-        if self._own_scratch:
-            shutil.rmtree(self._scratch, ignore_errors=True)
 
     def __enter__(self) -> EvalPool:
         return self

@@ -5,7 +5,6 @@ The pool must change how fast verdicts come, never what they are."""
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -74,7 +73,7 @@ def test_slot_is_recycled_after_timeout_and_crash_and_the_next_verdict_is_clean(
 
 def test_a_slot_runs_prewarmed_workers_each_with_its_own_scratch(bias_relu, fast_cfg, tmp_path):
     cfg = fast_cfg()
-    slot = Slot("s0", tmp_path / "s0", max_jobs=1, prewarm=True, overlap=False)
+    slot = Slot("s0", max_jobs=1, prewarm=True, overlap=False)
     assert slot.env_for({"PATH": "/usr/bin"})["MAX_JOBS"] == "1"
     pre = precheck(bias_relu, text("torch_only.py"), cfg)
     try:
@@ -95,7 +94,7 @@ def test_a_slot_runs_prewarmed_workers_each_with_its_own_scratch(bias_relu, fast
 
 
 def test_compile_slots_never_run_more_jobs_than_cores():
-    with EvalPool(PoolConfig(devices=["cpu"], compile_workers=2, scratch=tempfile.mkdtemp())) as pool:
+    with EvalPool(PoolConfig(devices=["cpu"], compile_workers=2)) as pool:
         compile_slots = [s for s in pool._slots if s.name.startswith("compile")]
         assert len(compile_slots) == 2
         assert sum(s.max_jobs for s in compile_slots) <= max(2, available_cores())
