@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import keyword
+import logging
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -34,8 +35,11 @@ from kernelwright.analysis import ops
 from kernelwright.analysis.graph import trace_fx
 from kernelwright.analysis.types import OpGraph, OpKind, OpNode, Role
 
+from .probes import constants, probe
 from .semantics import notes_for
-from .types import KernelArg, ScaffoldPlan, Segment, SegmentKind
+from .types import KernelArg, Probes, ScaffoldPlan, Segment, SegmentKind
+
+log = logging.getLogger(__name__)
 
 FLOAT_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 RANDOM_OPS = frozenset({"dropout", "rand", "randn", "bernoulli", "multinomial"})
@@ -76,11 +80,24 @@ def plan(task_id: str, module: Any, model: nn.Module, inputs: Sequence[Any], sou
         prelude, model_new = _rewrite(gm, model, seg, chosen, source, module.__name__)
     except _Unsupported as e:
         return _none(task_id, f"cannot print the rewritten forward: {e}; the model writes the whole program")
+    probes = _probes(gm, seg, chosen)
     what = " -> ".join(seg.targets)
     where = (f"one row of {seg.cols} values per program ({seg.rows} rows)" if seg.kind == SegmentKind.ROW
              else f"{math.prod(seg.out_shape)} elements")
     return ScaffoldPlan(task_id=task_id, available=True, reason=f"{seg.kind.value} kernel for {what} over {where}",
-                        segment=seg, prelude=prelude, model_new=model_new)
+                        segment=seg, prelude=prelude, model_new=model_new, probes=probes)
+
+
+def _probes(gm: fx.GraphModule, seg: Segment, cand: "_Candidate") -> Optional[Probes]:
+    """The pre-check's probes; a plan without them is still a plan (the pre-check then answers
+    `unsupported` and the evaluator decides)."""
+    assert cand.run is not None
+    sub, call_args, call_names, main_pos, fixed = cand.run
+    try:
+        return probe(seg, sub, call_args, call_names, main_pos, fixed, constants(gm, cand.nodes, seg.targets))
+    except Exception:  # a segment whose ops reject the probe values: no pre-check for it
+        log.warning("no probes for %s", seg.targets, exc_info=True)
+        return None
 
 
 def _none(task_id: str, reason: str) -> ScaffoldPlan:
@@ -115,6 +132,8 @@ def _allowed(node: OpNode) -> bool:
 class _Candidate:
     def __init__(self, nodes: list[fx.Node]):
         self.nodes = nodes
+        # how the run was re-run on its own (set once it passes): what the probes need
+        self.run: Optional[tuple[fx.GraphModule, list[torch.Tensor], list[str], int, dict[str, torch.Tensor]]] = None
         self.names = {n.name for n in nodes}
         # the values read outside the run (a valid segment has exactly one)
         self.outs = [n for n in nodes if any(u.name not in self.names for u in n.users)]
@@ -226,6 +245,9 @@ def _segment(model: nn.Module, gm: fx.GraphModule, cand: _Candidate, info: dict[
     args.sort(key=lambda a: not a.main)  # the main input first: every signature the skeletons write
     cols = math.prod(main.shape[main.dim() - k:]) if kind == SegmentKind.ROW else 1
     lines, module_notes = _torch_lines(gm, cand, out_node, tensors, names, values)
+    call_names = [names[i] for i, (_, _, src) in enumerate(tensors) if src is not None]
+    fixed = {names[i]: v for i, (_, v, src) in enumerate(tensors) if src is None}
+    cand.run = (sub, call_args, call_names, main_pos, fixed)
     targets = [info[n.name].target for n in cand.nodes if info[n.name].role == Role.COMPUTE]
     return Segment(kind=kind, nodes=[n.name for n in cand.nodes], targets=targets, args=args,
                    out_shape=list(out.shape), out_dtype=FLOAT_DTYPES[out.dtype], row_dims=k,

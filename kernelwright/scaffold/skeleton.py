@@ -90,7 +90,9 @@ def write(plan: ScaffoldPlan, target: str) -> Scaffold:
 
 def _ext_name(plan: ScaffoldPlan, target: str) -> str:
     slug = "".join(ch if ch.isalnum() else "_" for ch in plan.task_id.split("/")[-1])[:40]
-    digest = hashlib.sha256((plan.model_dump_json() + target).encode()).hexdigest()[:8]
+    # the probes are the pre-check's, not the program's: leaving them out keeps names (and so the
+    # prompts of recorded runs) what they were
+    digest = hashlib.sha256((plan.model_dump_json(exclude={"probes"}) + target).encode()).hexdigest()[:8]
     return f"kw_{slug}_{target}_{digest}"
 
 
@@ -308,10 +310,12 @@ __device__ float block_max(float v) {
 '''
 
 
-def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
+def cuda_kernel(seg: Segment) -> tuple[str, str, str]:
+    """(kernel with PLACEHOLDER where the region goes, the region's indent, helpers it calls):
+    the skeleton's and the pre-check's, so the region sees the same names in both."""
     params = ",\n    ".join(_c_params(seg))
+    indent = "    "
     if seg.kind == SegmentKind.ELEMENTWISE:
-        indent = "    "
         kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t n) {{\n"
                   "    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;\n"
                   "    if (i >= n) return;\n"
@@ -319,26 +323,30 @@ def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
                   "    float y = x;\n"
                   f"{indent}{PLACEHOLDER}\n"
                   f"    out_ptr[i] = static_cast<{C_TYPES[seg.out_dtype]}>(y);\n}}\n")
+        return kernel, indent, ""
+    # one value per row: a float the region assigns (an index into the output could run past it)
+    y_decl, y_store = _row_output(seg, indent, "if (threadIdx.x == 0) ")
+    kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t rows, int64_t cols) {{\n"
+              "    const int64_t row = blockIdx.x;\n"
+              "    if (row >= rows) return;\n"
+              f"{_c_loads(seg, indent)}"
+              f"{y_decl}"
+              f"{indent}{PLACEHOLDER}\n{y_store}}}\n")
+    return kernel, indent, CUDA_HELPERS
+
+
+def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
+    kernel, indent, helpers = cuda_kernel(seg)
+    if seg.kind == SegmentKind.ELEMENTWISE:
         launch = (f"    const int threads = {ELEMENTWISE_THREADS};\n"
                   "    const int64_t blocks = (n + threads - 1) / threads;\n"
                   "    kw_fused_kernel<<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(\n"
                   f"        {_ptr_args(seg)}, n);\n"
                   "    C10_CUDA_KERNEL_LAUNCH_CHECK();\n")
-        helpers = ""
     else:
-        indent = "    "
-        # one value per row: a float the region assigns (an index into the output could run past it)
-        y_decl, y_store = _row_output(seg, indent, "if (threadIdx.x == 0) ")
-        kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t rows, int64_t cols) {{\n"
-                  "    const int64_t row = blockIdx.x;\n"
-                  "    if (row >= rows) return;\n"
-                  f"{_c_loads(seg, indent)}"
-                  f"{y_decl}"
-                  f"{indent}{PLACEHOLDER}\n{y_store}}}\n")
         launch = (f"    kw_fused_kernel<<<rows, {ROW_THREADS}, 0, at::cuda::getCurrentCUDAStream()>>>(\n"
                   f"        {_ptr_args(seg)}, rows, cols);\n"
                   "    C10_CUDA_KERNEL_LAUNCH_CHECK();\n")
-        helpers = CUDA_HELPERS
     decl, host = _host(seg, "is_cuda()", launch)
     kernel_prog, kernel_view = _marked(kernel, indent, "//")
     includes = ("#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n"
@@ -351,10 +359,11 @@ def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
     return _load_inline_scaffold(plan, seg, "cuda", kernel_part, helpers + kernel_view, indent)
 
 
-def _cpp(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
-    launch_args = _ptr_args(seg)
+def cpp_kernel(seg: Segment) -> tuple[str, str]:
+    """(kernel with PLACEHOLDER where the region goes, the region's indent): the skeleton's and the
+    pre-check's."""
+    indent = "        "
     if seg.kind == SegmentKind.ELEMENTWISE:
-        indent = "        "
         loop = ("    #pragma omp parallel for if (n > 65536)\n"
                 "    for (int64_t i = 0; i < n; ++i) {\n"
                 f"{_c_loads(seg, indent)}"
@@ -363,7 +372,6 @@ def _cpp(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
                 f"        out_ptr[i] = static_cast<{C_TYPES[seg.out_dtype]}>(y);\n"
                 "    }\n")
     else:
-        indent = "        "
         y_decl, y_store = _row_output(seg, indent, "")
         loop = ("    #pragma omp parallel for if (rows * cols > 65536)\n"
                 "    for (int64_t row = 0; row < rows; ++row) {\n"
@@ -374,9 +382,13 @@ def _cpp(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
                 "    }\n")
     params = ",\n    ".join(_c_params(seg) + (["int64_t n"] if seg.kind == SegmentKind.ELEMENTWISE
                                                  else ["int64_t rows", "int64_t cols"]))
-    kernel = f"static void kw_fused_kernel(\n    {params}) {{\n{loop}}}\n"
+    return f"static void kw_fused_kernel(\n    {params}) {{\n{loop}}}\n", indent
+
+
+def _cpp(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
+    kernel, indent = cpp_kernel(seg)
     tail = "n" if seg.kind == SegmentKind.ELEMENTWISE else "rows, cols"
-    launch = f"    kw_fused_kernel({launch_args}, {tail});\n"
+    launch = f"    kw_fused_kernel({_ptr_args(seg)}, {tail});\n"
     _, host = _host(seg, "device().is_cpu()", launch)
     kernel_prog, kernel_view = _marked(kernel, indent, "//")
     src = f"#include <torch/extension.h>\n#include <cmath>\n#include <algorithm>\n\n{kernel_prog}\n{host}"

@@ -66,6 +66,18 @@ class Segment(BaseModel):
         return [a for a in self.args if not a.main]
 
 
+class Probes(BaseModel):
+    """Probe inputs for a segment and PyTorch's result on them, from the planning child
+    (probes.py); the pre-check runs a region on them. Values are float32, little-endian, base64
+    (exact, NaN and inf included), each as the kernel loads it: converted from the arg's dtype."""
+
+    count: int  # ELEMENTWISE: probe elements; ROW: probe rows
+    cols: int  # values per row (1 for elementwise)
+    inputs: dict[str, str]  # arg name -> count * cols values, broadcasting already applied
+    expected: str  # count * cols values (count for one value per row), of the segment's out dtype
+    labels: list[str]  # ELEMENTWISE: per element, ROW: per row, what kind of probe it is
+
+
 class ScaffoldPlan(BaseModel):
     """What the child process found: a segment and the ModelNew around it, or why not."""
 
@@ -78,6 +90,7 @@ class ScaffoldPlan(BaseModel):
     # its input functions) and `class ModelNew` whose forward calls `kw_fused(...)`.
     prelude: str = ""
     model_new: str = ""
+    probes: Optional[Probes] = None  # for the region pre-check; None where they could not be made
 
 
 class Scaffold(BaseModel):

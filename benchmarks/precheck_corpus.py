@@ -1,0 +1,176 @@
+"""Every region answer on record, plus the oracle's regions and broken mutants of them.
+
+Shared by benchmarks/precheck_confusion.py (the confusion matrix against the full evaluator) and
+the pre-check tests (a few real answers of each kind). Sources:
+
+* study logs under docs/results/: attempts.jsonl(.gz) of scaffolded runs (the region is read back
+  from the judged program, between the markers) and the *-regions.jsonl files of the prompt studies;
+* replay transcripts of scaffolded runs (tests/fixtures/transcripts/*_scaffold.jsonl), spliced with
+  today's splicer (the task is the one whose kernel the prompt shows);
+* the test oracle's correct region per task and target (tests/scaffold/oracle.py), and mutants of
+  it: a dropped term, a wrong constant, an undefined name, the empty region.
+
+Answers are deduplicated per (task, target, region text).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+from typing import Iterator, Optional
+
+from pydantic import BaseModel
+
+from kernelwright.scaffold import Scaffold, ScaffoldPlan, assemble, write
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class RegionAnswer(BaseModel):
+    task_id: str
+    target: str  # cpp | cuda | triton
+    region: str
+    source: str  # where it was found: a file, or "oracle" / "mutant:<kind>"
+    recorded_verdict: Optional[str] = None  # the evaluator's verdict when it was recorded, if any
+
+
+def _rows(path: Path) -> Iterator[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
+
+
+def region_between_markers(code: str) -> Optional[str]:
+    if "REGION BEGIN" not in code or "REGION END" not in code:
+        return None
+    inner = code.split("REGION BEGIN", 1)[1].split("REGION END", 1)[0]
+    lines = inner.split("\n")[1:-1]  # the rest of the BEGIN line; the comment leader before END
+    indent = min((len(ln) - len(ln.lstrip()) for ln in lines if ln.strip()), default=0)
+    return "\n".join(ln[indent:] for ln in lines)
+
+
+def target_of(code: str) -> str:
+    return "triton" if "@triton.jit" in code else "cuda" if "cuda_sources" in code else "cpp"
+
+
+def _from_attempts(path: Path) -> Iterator[RegionAnswer]:
+    for r in _rows(path):
+        code = r.get("code") or ""
+        region = region_between_markers(code)
+        if region is None or not r.get("task_id"):
+            continue
+        verdict = (r.get("eval") or {}).get("verdict")
+        yield RegionAnswer(task_id=r["task_id"], target=target_of(code), region=region,
+                           source=str(path.relative_to(ROOT)), recorded_verdict=verdict)
+
+
+def _from_region_logs(path: Path) -> Iterator[RegionAnswer]:
+    # the prompt studies on the CPU: C++ regions, each with the verdict it got
+    for r in _rows(path):
+        yield RegionAnswer(task_id=r["task"], target="cpp", region=r["region"], source=str(path.relative_to(ROOT)),
+                           recorded_verdict=r.get("verdict"))
+
+
+def _prompt_target(prompt: str) -> str:
+    return "cpp" if "C++ (CPU)" in prompt else "triton" if "Triton" in prompt else "cuda"
+
+
+def _from_transcripts(path: Path, scaffolds: dict[tuple[str, str], Scaffold]) -> Iterator[RegionAnswer]:
+    for r in _rows(path):
+        prompt = "\n".join(m["content"] for m in r["request"]["messages"])
+        target = _prompt_target(prompt)
+        match = [sc for (tid, tg), sc in scaffolds.items() if tg == target and sc.kernel_view in prompt]
+        if len(match) != 1:
+            continue  # an analysis turn, or a prompt of another shape
+        for c in r["completions"]:
+            region = assemble(match[0], c["text"]).region
+            yield RegionAnswer(task_id=match[0].task_id, target=target, region=region,
+                               source=str(path.relative_to(ROOT)))
+
+
+def recorded(plans: dict[str, ScaffoldPlan]) -> list[RegionAnswer]:
+    """Every recorded region answer whose task has a scaffold today."""
+    scaffolds = {(tid, tg): write(p, tg) for tid, p in plans.items() if p.available for tg in ("cpp", "cuda", "triton")}
+    found: list[RegionAnswer] = []
+    for path in sorted((ROOT / "docs" / "results").rglob("attempts.jsonl*")):
+        found += _from_attempts(path)
+    for path in sorted((ROOT / "docs" / "results").rglob("*-regions.jsonl")):
+        found += _from_region_logs(path)
+    for path in sorted((ROOT / "tests" / "fixtures" / "transcripts").glob("*_scaffold.jsonl")):
+        found += _from_transcripts(path, scaffolds)
+    return [a for a in found if (a.task_id, a.target) in scaffolds]
+
+
+# ---- the oracle and its mutants ------------------------------------------------------------------
+
+# innermost parenthesized binary expression: `(a OP b)` with no parentheses inside
+INNER_BINARY = re.compile(r"\(([^()]+?) ([+\-*/]) ([^()]+?)\)")
+FLOAT_LITERAL = re.compile(r"(?<![\w.])(\d+\.\d+)(f?)(?![\w.])")
+C_CALL = re.compile(r"\b(expf|erff|tanhf|logf|log1pf|sqrtf|fmaxf|fminf|fabsf|powf)\(")
+PY_CALL = re.compile(r"\btl\.(exp|erf|log|sqrt|rsqrt|maximum|minimum|abs|sigmoid|where|sum|max)\(")
+
+
+def mutants(sc: Scaffold, correct: str) -> list[tuple[str, str]]:
+    """(kind, region): deliberately broken versions of a correct region."""
+    out: list[tuple[str, str]] = [("empty", "")]
+    m = INNER_BINARY.search(correct)
+    if m:  # keep the left operand only: a dropped term or factor
+        out.append(("dropped_term", correct[:m.start()] + f"({m.group(1)})" + correct[m.end():]))
+    lit = FLOAT_LITERAL.search(correct)
+    if lit and float(lit.group(1)) != 0.0:
+        wrong = repr(float(lit.group(1)) * 1.25)
+        out.append(("wrong_constant", correct[:lit.start()] + wrong + lit.group(2) + correct[lit.end():]))
+    else:
+        bump = " + 0.25f" if sc.language != "python" else " + 0.25"
+        out.append(("wrong_constant", _bump_result(correct, bump)))
+    call = (PY_CALL if sc.language == "python" else C_CALL).search(correct)
+    if call:  # a helper that does not exist
+        name = call.group(0)[:-1]
+        out.append(("undefined_name", correct[:call.start()] + name + "_fast(" + correct[call.end():]))
+    else:
+        term = " * scale_factor" if sc.language == "python" else " * scale_factor"
+        out.append(("undefined_name", _bump_result(correct, term)))
+    return out
+
+
+def _bump_result(region: str, term: str) -> str:
+    """The region with `term` appended to its last assignment's value."""
+    lines = region.rstrip().splitlines()
+    last = lines[-1]
+    if last.endswith(";"):
+        lines[-1] = last[:-1] + term + ";"
+    else:
+        lines[-1] = last + term
+    return "\n".join(lines)
+
+
+def oracle_and_mutants(plans: dict[str, ScaffoldPlan], targets: list[str]) -> list[RegionAnswer]:
+    from tests.scaffold.oracle import Unsupported, region
+
+    out: list[RegionAnswer] = []
+    for tid, p in plans.items():
+        if not p.available:
+            continue
+        for tg in targets:
+            sc = write(p, tg)
+            try:
+                good = region(sc)
+            except Unsupported:
+                continue
+            out.append(RegionAnswer(task_id=tid, target=tg, region=good, source="oracle"))
+            out += [RegionAnswer(task_id=tid, target=tg, region=text, source=f"mutant:{kind}")
+                    for kind, text in mutants(sc, good)]
+    return out
+
+
+def dedupe(answers: list[RegionAnswer]) -> list[RegionAnswer]:
+    seen: dict[tuple[str, str, str], RegionAnswer] = {}
+    for a in answers:
+        key = (a.task_id, a.target, a.region.strip())
+        if key not in seen:
+            seen[key] = a
+    return list(seen.values())

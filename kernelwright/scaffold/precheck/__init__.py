@@ -1,0 +1,115 @@
+"""The region pre-check: a region answer against the reference segment in milliseconds, before any
+torch extension is built.
+
+``precheck(plan, target, region)`` / ``precheck_many(plan, target, regions)`` -> ``PrecheckResult``:
+pass, the first counterexample (inputs, expected, got), the compiler's first error, a runtime
+error, or unsupported. The probes and PyTorch's values on them come with the plan (probes.py, made
+in the planning child); here nothing imports torch:
+
+* C++ and CUDA regions: the skeleton's kernel with the region in it, compiled by the system compiler
+  without torch headers, CUDA on a host shim (native.py); many regions share one translation unit;
+* Triton regions: the region's statements on a NumPy stand-in for `tl` (tl_shim.py).
+
+Both run the region in a confined child (the evaluator's confinement where this machine has it),
+never in this process. Results are remembered per (probes, target, region): a search loop asking
+again pays nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from typing import Optional
+
+from ..types import ScaffoldPlan
+from .compare import first_difference
+from .types import Counterexample, PrecheckResult, PrecheckStatus
+
+__all__ = ["Counterexample", "PrecheckResult", "PrecheckStatus", "precheck", "precheck_many"]
+
+_memo: dict[str, PrecheckResult] = {}
+_lock = threading.Lock()
+
+
+def precheck(plan: ScaffoldPlan, target: str, region: str) -> PrecheckResult:
+    return precheck_many(plan, target, [region])[0]
+
+
+def precheck_many(plan: ScaffoldPlan, target: str, regions: list[str]) -> list[PrecheckResult]:
+    """One result per region, in order; the regions are run together (one compile for all)."""
+    started = time.perf_counter()
+    seg, probes = plan.segment, plan.probes
+    if seg is None or probes is None:
+        why = plan.reason if seg is None else "the plan has no probes for this segment"
+        return [PrecheckResult(status=PrecheckStatus.UNSUPPORTED, target=target, error=why) for _ in regions]
+    keys = [_key(plan, target, r) for r in regions]
+    results: dict[int, PrecheckResult] = {}
+    with _lock:
+        for i, k in enumerate(keys):
+            if k in _memo:
+                results[i] = _memo[k]
+    todo: dict[int, str] = {}
+    for i, r in enumerate(regions):
+        if i in results:
+            continue
+        early = _screen(target, r)
+        if early is not None:
+            results[i] = early
+        elif r.strip() in {regions[j].strip() for j in todo}:
+            continue  # a duplicate: filled in below
+        else:
+            todo[i] = r
+    if todo:
+        results.update(zip(todo, _run(plan, target, list(todo.values()))))
+    for i, r in enumerate(regions):  # duplicates of a region run once
+        if i not in results:
+            results[i] = next(results[j] for j in todo if regions[j].strip() == r.strip())
+    elapsed = time.perf_counter() - started
+    out = []
+    for i in range(len(regions)):
+        res = results[i].model_copy(update={"seconds": elapsed})
+        with _lock:
+            _memo[keys[i]] = res
+        out.append(res)
+    return out
+
+
+def _key(plan: ScaffoldPlan, target: str, region: str) -> str:
+    assert plan.probes is not None
+    return hashlib.sha256(f"{target}\0{plan.probes.expected}\0{plan.segment.model_dump_json()}\0{region.strip()}"
+                          .encode()).hexdigest()
+
+
+def _screen(target: str, region: str) -> Optional[PrecheckResult]:
+    if target == "triton":
+        return None
+    from .native import screen
+
+    found = screen(target, region)
+    if not found:
+        return None
+    status, _, why = found.partition(": ")
+    return PrecheckResult(status=PrecheckStatus(status), target=target, error=why)
+
+
+def _run(plan: ScaffoldPlan, target: str, regions: list[str]) -> list[PrecheckResult]:
+    seg, probes = plan.segment, plan.probes
+    assert seg is not None and probes is not None
+    if target == "triton":
+        return [PrecheckResult(status=PrecheckStatus.UNSUPPORTED, target=target,
+                               error="Triton regions are not pre-checked yet") for _ in regions]
+    from .native import run as run_regions
+
+    out = []
+    for outcome in run_regions(seg, target, probes, regions):
+        if outcome.compile_error:
+            out.append(PrecheckResult(status=PrecheckStatus.COMPILE_ERROR, target=target, error=outcome.compile_error))
+        elif outcome.runtime_error or outcome.values is None:
+            out.append(PrecheckResult(status=PrecheckStatus.RUNTIME_ERROR, target=target,
+                                      error=outcome.runtime_error or "no values came back"))
+        else:
+            ce, n = first_difference(seg, probes, outcome.values)
+            status = PrecheckStatus.PASS if ce is None else PrecheckStatus.COUNTEREXAMPLE
+            out.append(PrecheckResult(status=status, target=target, counterexample=ce, probes=n))
+    return out

@@ -1,0 +1,167 @@
+"""Probe inputs for a segment and what PyTorch computes on them (planning-child side).
+
+The pre-check (precheck.py) runs a region answer on these values and compares with the result
+stored here, so it needs neither torch nor the reference: the segment is run here, once per plan,
+by the same fx subgraph the planner measured.
+
+The probes are written into the real inputs (same shapes, dtypes and broadcasting as the
+evaluator's), so ops with shapes baked in (views, a norm's weight) run as they do in the model:
+
+* elementwise: up to ``ELEMENTS`` positions of the main input get edge values (0, -0, +-tiny,
+  +-1, the magnitudes of the real input and several times them), the numeric constants of the
+  segment's ops and the kinks of its activations (a clamp bound, a softplus threshold, hardswish's
+  +-3) with values just beside them, a sweep across the whole range, and real values. Extra inputs
+  get edge values at some of those positions and keep their real values at the others.
+* row: up to ``ROWS`` rows: a real row, a constant row, a zero row, a real row with one large
+  value, the real row negated, and a row of the elementwise edge values.
+
+"Large" is relative to the real input (up to 4x its largest magnitude, at least 8): the evaluator
+draws inputs like the planner's, so values far outside them would flag kernels the evaluator finds
+correct (log(1 + exp(v)) for softplus overflows at v = 89, which no drawn input reaches).
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from typing import Any
+
+import torch
+from torch import fx
+
+from .types import Probes, Segment, SegmentKind
+
+ELEMENTS = 512
+ROWS = 6
+SWEEP = 97
+# Kinks of activations whose constants are not arguments (in their input's units).
+IMPLICIT_KINKS = {"relu": [0.0], "relu6": [0.0, 6.0], "hardtanh": [-1.0, 1.0], "hardswish": [-3.0, 3.0],
+                  "hardsigmoid": [-3.0, 3.0], "leaky_relu": [0.0], "elu": [0.0], "selu": [0.0], "celu": [0.0],
+                  "softplus": [20.0], "threshold": [], "clamp": [], "where": [0.0], "abs": [0.0], "sign": [0.0]}
+MODULE_CONSTANTS = ("min_val", "max_val", "threshold", "beta", "negative_slope", "alpha", "lambd", "value")
+
+
+def encode(values: torch.Tensor) -> str:
+    return base64.b64encode(values.detach().float().contiguous().cpu().numpy().astype("<f4").tobytes()).decode()
+
+
+def constants(gm: fx.GraphModule, nodes: list[fx.Node], targets: list[str]) -> list[float]:
+    """Numeric constants of the segment's ops and the kinks of its activations."""
+    found: list[float] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, bool):
+            return
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            found.append(float(v))
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+
+    for n in nodes:
+        walk(list(n.args) + list(n.kwargs.values()))
+        if n.op == "call_module":
+            mod = gm.get_submodule(str(n.target))
+            walk([getattr(mod, a) for a in MODULE_CONSTANTS if hasattr(mod, a)])
+    for t in targets:
+        found += IMPLICIT_KINKS.get(t, [])
+    # integer arguments are mostly dims; keep them anyway (a dim of 1 is a harmless probe value)
+    return sorted(set(found))
+
+
+def _edges(scale: float, consts: list[float]) -> list[float]:
+    vals = [0.0, -0.0, 1e-6, -1e-6, 1.0, -1.0, 0.5, -0.5]
+    for k in (0.25, 1.0, 2.0, 4.0):
+        vals += [k * scale, -k * scale]
+    for c in consts:
+        d = 1e-3 * max(1.0, abs(c))
+        vals += [c, c - d, c + d, -c]
+    return vals
+
+
+def _scale(t: torch.Tensor) -> float:
+    finite = t.float()[torch.isfinite(t.float())]
+    return max(1.0, float(finite.abs().max())) if finite.numel() else 1.0
+
+
+def probe(seg: Segment, sub: fx.GraphModule, call_args: list[torch.Tensor], arg_names: list[str],
+          main_pos: int, fixed: dict[str, torch.Tensor], consts: list[float]) -> Probes:
+    """Probes for ``seg``: ``sub`` is its fx subgraph, run on ``call_args`` (named ``arg_names``,
+    the main input at ``main_pos``). ``fixed`` are the args that are parameters of modules the
+    segment calls: they are not inputs of ``sub`` and keep their real values."""
+    gen = torch.Generator().manual_seed(4321)
+    scale = _scale(call_args[main_pos])
+    with torch.no_grad():
+        if seg.kind == SegmentKind.ELEMENTWISE:
+            p = _elementwise(sub, call_args, arg_names, main_pos, fixed, consts, scale, gen)
+        else:
+            p = _rows(seg, sub, call_args, arg_names, main_pos, fixed, consts, scale, gen)
+    missing = {a.name for a in seg.args} - set(p.inputs)
+    assert not missing, f"probes lack {missing}"
+    return p
+
+
+def _expanded_index(v: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """For each flat position of the main input, the flat position of ``v`` broadcast there."""
+    return torch.arange(v.numel()).reshape(v.shape).expand(shape).reshape(-1)
+
+
+def _elementwise(sub: fx.GraphModule, call_args: list[torch.Tensor], arg_names: list[str], main_pos: int,
+                 fixed: dict[str, torch.Tensor], consts: list[float], scale: float, gen: torch.Generator) -> Probes:
+    main = call_args[main_pos]
+    n = main.numel()
+    top = 4.0 * max([scale] + [abs(c) for c in consts])
+    wanted = _edges(scale, consts) + torch.linspace(-top, top, SWEEP).tolist()
+    count = min(n, ELEMENTS)
+    pos = torch.randperm(n, generator=gen)[:count]
+    args = [a.clone() for a in call_args]
+    flat_main = args[main_pos].reshape(-1)
+    k = min(len(wanted), count)
+    flat_main[pos[:k]] = torch.tensor(wanted[:k], dtype=flat_main.dtype)
+    # extras: edge values at a shuffled third of the positions, so each meets many main values
+    for i, a in enumerate(args):
+        if i == main_pos or a.numel() == 1:
+            continue
+        src = _expanded_index(a, main.shape)[pos]
+        pick = torch.randperm(count, generator=gen)[: count // 3]
+        edges = _edges(_scale(a), consts)
+        vals = torch.tensor([edges[j % len(edges)] for j in range(len(pick))], dtype=a.dtype)
+        a.reshape(-1)[src[pick]] = vals
+    out = sub(*args)
+    named = list(zip(arg_names, args)) + list(fixed.items())
+    inputs = {name: encode(a.expand(main.shape).reshape(-1)[pos]) for name, a in named}
+    labels = ["edge" if j < len(wanted) - SWEEP else "sweep" if j < len(wanted) else "drawn" for j in range(count)]
+    return Probes(count=count, cols=1, inputs=inputs, expected=encode(out.reshape(-1)[pos]), labels=labels)
+
+
+def _rows(seg: Segment, sub: fx.GraphModule, call_args: list[torch.Tensor], arg_names: list[str], main_pos: int,
+          fixed: dict[str, torch.Tensor], consts: list[float], scale: float, gen: torch.Generator) -> Probes:
+    main = call_args[main_pos]
+    cols = seg.cols
+    rows = main.numel() // cols
+    count = min(rows, ROWS)
+    chosen = torch.randperm(rows, generator=gen)[:count]
+    args = [a.clone() for a in call_args]
+    m = args[main_pos].reshape(rows, cols)
+    real = m[chosen[0]].clone()
+    edges = torch.tensor(_edges(scale, consts), dtype=torch.float32)
+    designs = [
+        ("drawn", real),
+        # a power of two: its sums are exact, so a mean-subtracting region sees a variance of exactly
+        # 0 (as PyTorch's does) instead of the rounding of a naive sum, which the evaluator's drawn
+        # rows never show
+        ("constant", torch.full((cols,), 2.0 ** round(math.log2(0.5 * scale)))),
+        ("zeros", torch.zeros(cols)),
+        ("one large value", real.clone().index_fill_(0, torch.tensor([cols // 2]), 4.0 * scale)),
+        ("negated", -real),
+        ("edge values", edges.repeat(cols // edges.numel() + 1)[:cols]),
+    ][:count]
+    labels = []
+    for r, (label, values) in zip(chosen.tolist(), designs):
+        m[r] = values.to(m.dtype)
+        labels.append(label)
+    out = sub(*args)
+    named = list(zip(arg_names, args)) + list(fixed.items())
+    inputs = {name: encode(a.expand(main.shape).reshape(rows, cols)[chosen]) for name, a in named}
+    flat_out = out.reshape(rows, -1)[chosen]
+    return Probes(count=count, cols=cols, inputs=inputs, expected=encode(flat_out), labels=labels)
