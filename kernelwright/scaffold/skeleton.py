@@ -432,7 +432,9 @@ def _tri_loads(seg: Segment, flat: str, indent: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def _triton(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
+def triton_kernel(seg: Segment) -> tuple[str, str]:
+    """(`@triton.jit` kernel with PLACEHOLDER where the region goes, the region's indent): the
+    skeleton's and the pre-check's."""
     params = []
     for a in seg.args:
         params.append(f"{a.name}_ptr")
@@ -441,30 +443,35 @@ def _triton(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
     params.append("out_ptr")
     indent = "    "
     if seg.kind == SegmentKind.ELEMENTWISE:
-        kernel = ("@triton.jit\n"
-                  f"def kw_fused_kernel({', '.join(params)}, n, BLOCK: tl.constexpr):\n"
-                  "    pid = tl.program_id(0).to(tl.int64)\n"
-                  "    offs = pid * BLOCK + tl.arange(0, BLOCK)\n"
-                  "    mask = offs < n\n"
-                  f"{_tri_loads(seg, 'offs', indent)}"
-                  "    y = x\n"
-                  f"{indent}{PLACEHOLDER}\n"
-                  "    tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)\n")
+        return ("@triton.jit\n"
+                f"def kw_fused_kernel({', '.join(params)}, n, BLOCK: tl.constexpr):\n"
+                "    pid = tl.program_id(0).to(tl.int64)\n"
+                "    offs = pid * BLOCK + tl.arange(0, BLOCK)\n"
+                "    mask = offs < n\n"
+                f"{_tri_loads(seg, 'offs', indent)}"
+                "    y = x\n"
+                f"{indent}{PLACEHOLDER}\n"
+                "    tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)\n"), indent
+    store = ("    tl.store(out_ptr + row, y.to(out_ptr.dtype.element_ty))\n" if seg.per_row_output else
+             "    tl.store(out_ptr + row * cols + offs, y.to(out_ptr.dtype.element_ty), mask=mask)\n")
+    return ("@triton.jit\n"
+            f"def kw_fused_kernel({', '.join(params)}, cols, BLOCK: tl.constexpr):\n"
+            "    row = tl.program_id(0).to(tl.int64)\n"
+            "    offs = tl.arange(0, BLOCK)\n"
+            "    mask = offs < cols\n"
+            f"{_tri_loads(seg, 'row * cols + offs', indent)}"
+            + ("    y = tl.sum(x * 0.0, axis=0)\n" if seg.per_row_output else "    y = x\n")
+            + f"{indent}{PLACEHOLDER}\n" + store), indent
+
+
+def _triton(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
+    kernel, indent = triton_kernel(seg)
+    if seg.kind == SegmentKind.ELEMENTWISE:
         launch = ("    n = x.numel()\n"
                   f"    out = torch.empty(n, device=x.device, dtype={PY_DTYPES[seg.out_dtype]})\n"
                   f"    kw_fused_kernel[(triton.cdiv(n, {TRITON_BLOCK}),)]({{args}}, out, n, BLOCK={TRITON_BLOCK})\n")
         default = "# (empty: y stays x)"
     else:
-        store = ("    tl.store(out_ptr + row, y.to(out_ptr.dtype.element_ty))\n" if seg.per_row_output else
-                 "    tl.store(out_ptr + row * cols + offs, y.to(out_ptr.dtype.element_ty), mask=mask)\n")
-        kernel = ("@triton.jit\n"
-                  f"def kw_fused_kernel({', '.join(params)}, cols, BLOCK: tl.constexpr):\n"
-                  "    row = tl.program_id(0).to(tl.int64)\n"
-                  "    offs = tl.arange(0, BLOCK)\n"
-                  "    mask = offs < cols\n"
-                  f"{_tri_loads(seg, 'row * cols + offs', indent)}"
-                  + ("    y = tl.sum(x * 0.0, axis=0)\n" if seg.per_row_output else "    y = x\n")
-                  + f"{indent}{PLACEHOLDER}\n" + store)
         size = "rows" if seg.per_row_output else "rows * cols"
         launch = ("    rows = x.numel() // cols\n"
                   f"    out = torch.empty({size}, device=x.device, dtype={PY_DTYPES[seg.out_dtype]})\n"

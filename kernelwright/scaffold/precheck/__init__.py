@@ -97,13 +97,14 @@ def _run(plan: ScaffoldPlan, target: str, regions: list[str]) -> list[PrecheckRe
     seg, probes = plan.segment, plan.probes
     assert seg is not None and probes is not None
     if target == "triton":
-        return [PrecheckResult(status=PrecheckStatus.UNSUPPORTED, target=target,
-                               error="Triton regions are not pre-checked yet") for _ in regions]
-    from .native import run as run_regions
-
+        from .tl_shim import run as run_regions
+    else:
+        from .native import run as run_regions
     out = []
     for outcome in run_regions(seg, target, probes, regions):
-        if outcome.compile_error:
+        if outcome.unsupported:
+            out.append(PrecheckResult(status=PrecheckStatus.UNSUPPORTED, target=target, error=outcome.unsupported))
+        elif outcome.compile_error:
             out.append(PrecheckResult(status=PrecheckStatus.COMPILE_ERROR, target=target, error=outcome.compile_error))
         elif outcome.runtime_error or outcome.values is None:
             out.append(PrecheckResult(status=PrecheckStatus.RUNTIME_ERROR, target=target,

@@ -27,13 +27,13 @@ import tempfile
 import threading
 from array import array
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from ..skeleton import PLACEHOLDER, ROW_THREADS, ELEMENTWISE_THREADS, cpp_kernel, cuda_kernel
 from ..types import Probes, Segment, SegmentKind
 from .compare import decode
+from .types import RegionRun
 
 COMPILER = os.environ.get("CXX", "c++")
 # -O0: the regions are a few lines run on a few thousand values; compile time is what counts
@@ -150,15 +150,6 @@ static inline float __bfloat162float(float v) { return v; }
 static inline float __float2bfloat16(float v) { return v; }
 #define CUDART_INF_F INFINITY
 '''
-
-
-@dataclass
-class NativeOutcome:
-    """One region's fate in the harness: values, or why there are none."""
-
-    values: Optional[array] = None
-    compile_error: str = ""
-    runtime_error: str = ""
 
 
 def cache_dir() -> Path:
@@ -344,10 +335,10 @@ def _inputs_file(seg: Segment, probes: Probes) -> Path:
     return path
 
 
-def run(seg: Segment, target: str, probes: Probes, regions: list[str]) -> list[NativeOutcome]:
+def run(seg: Segment, target: str, probes: Probes, regions: list[str]) -> list[RegionRun]:
     """Each region's values on the probes (or its compile / runtime error)."""
     out_len = probes.count * (1 if seg.kind == SegmentKind.ELEMENTWISE or seg.per_row_output else probes.cols)
-    outcomes: dict[int, NativeOutcome] = {}
+    outcomes: dict[int, RegionRun] = {}
     pending = list(range(len(regions)))
     for _ in range(3):  # whole TU; then without the regions the errors pointed at
         if not pending:
@@ -370,12 +361,12 @@ def run(seg: Segment, target: str, probes: Probes, regions: list[str]) -> list[N
     return [outcomes[k] for k in range(len(regions))]
 
 
-def _alone(seg: Segment, target: str, probes: Probes, regions: dict[int, str], out_len: int) -> dict[int, NativeOutcome]:
-    def one(k: int) -> tuple[int, NativeOutcome]:
+def _alone(seg: Segment, target: str, probes: Probes, regions: dict[int, str], out_len: int) -> dict[int, RegionRun]:
+    def one(k: int) -> tuple[int, RegionRun]:
         source, spans = translation_unit(seg, target, [regions[k]], probes.count, probes.cols, out_len)
         binary, stderr = _compile(source, target)
         if binary is None:
-            return k, NativeOutcome(compile_error=first_error(stderr, None, _region_start(source, spans[0])))
+            return k, RegionRun(compile_error=first_error(stderr, None, _region_start(source, spans[0])))
         return k, _execute(binary, seg, probes, 1, out_len)[0]
 
     with ThreadPoolExecutor(min(4, len(regions))) as pool:
@@ -405,13 +396,13 @@ def confined_run(argv: list[str], scratch: str, visible: list[str], timeout: flo
         held.release()
 
 
-def _execute(binary: Path, seg: Segment, probes: Probes, n: int, out_len: int) -> list[NativeOutcome]:
+def _execute(binary: Path, seg: Segment, probes: Probes, n: int, out_len: int) -> list[RegionRun]:
     inputs = _inputs_file(seg, probes)
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
         prefix = str(Path(tmp) / "out")
         code, stdout = confined_run([str(binary), str(inputs), prefix], tmp, [str(cache_dir())], RUN_TIMEOUT_S)
         if code == -1:
-            return [NativeOutcome(runtime_error="the probe run did not finish") for _ in range(n)]
+            return [RegionRun(runtime_error="the probe run did not finish") for _ in range(n)]
         status = dict(line.split(" ", 1) for line in stdout.splitlines() if " " in line)
         results = []
         for k in range(n):
@@ -420,11 +411,11 @@ def _execute(binary: Path, seg: Segment, probes: Probes, n: int, out_len: int) -
             if st != "exit 0" or not path.exists():
                 why = ("ran past the time limit (a deadlock, or a loop that does not end)" if st == "signal 14"
                        else f"crashed ({_signal_name(st)})")
-                results.append(NativeOutcome(runtime_error=f"the region {why} on the probes"))
+                results.append(RegionRun(runtime_error=f"the region {why} on the probes"))
                 continue
             vals = array("f")
             vals.frombytes(path.read_bytes())
-            results.append(NativeOutcome(values=vals))
+            results.append(RegionRun(values=vals))
         return results
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+from array import array
+from dataclasses import dataclass
 from typing import Optional
 
 from pydantic import BaseModel, Field
@@ -58,3 +60,14 @@ class PrecheckResult(BaseModel):
 
 def _num(v: float) -> str:
     return f"{v:.6g}"
+
+
+@dataclass
+class RegionRun:
+    """One region's fate in a harness (native.py, tl_shim.py): its values on the probes, or why
+    there are none. Internal to the pre-check; the caller gets a PrecheckResult."""
+
+    values: Optional[array] = None
+    compile_error: str = ""
+    runtime_error: str = ""
+    unsupported: str = ""

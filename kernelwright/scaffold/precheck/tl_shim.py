@@ -1,0 +1,88 @@
+"""Triton regions without a GPU: the skeleton's `@triton.jit` kernel with the region in it, run by
+a NumPy stand-in for `triton.language` (tl_child.py) in a confined child.
+
+Why not Triton's own interpreter (TRITON_INTERPRET=1): it needs torch in the child, and a torch
+import is 2-7 s on the development machine against about 0.2 s for NumPy, for every call of a
+search loop; the stand-in models what small models' regions use (the whole of what the prompt
+lists, tl.math, libdevice's common functions) and answers `unsupported` for a real Triton name it
+does not model, so it never turns what it does not know into a verdict. The confusion matrix
+against the evaluator (docs/results/precheck-confusion.md) is what says whether it is faithful.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import sys
+import tempfile
+from array import array
+from pathlib import Path
+
+from ..skeleton import PLACEHOLDER, TRITON_BLOCK, triton_kernel
+from ..types import Probes, Segment, SegmentKind
+from .native import cache_dir, confined_run
+from .types import RegionRun
+
+CHILD = Path(__file__).with_name("tl_child.py")
+NAMES_FILE = Path(__file__).resolve().parents[2] / "evaluate" / "grounding_triton_names.json"
+RUN_TIMEOUT_S = 60.0
+
+
+@functools.lru_cache(maxsize=1)
+def tl_names() -> list[str]:
+    """The public names of triton.language (the list grounding keeps for machines without triton)."""
+    return json.loads(NAMES_FILE.read_text())["members"]["triton.language"]
+
+
+def kernel_source(seg: Segment, region: str) -> str:
+    kernel, indent = triton_kernel(seg)
+    body = "\n".join((indent + ln) if ln.strip() else "" for ln in region.strip("\n").splitlines()) or f"{indent}pass"
+    return kernel.replace(indent + PLACEHOLDER, body)
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def job(seg: Segment, probes: Probes, regions: list[str]) -> dict:
+    total = probes.count * probes.cols
+    if seg.kind == SegmentKind.ELEMENTWISE:
+        grid, block, tail, out_len = -(-total // TRITON_BLOCK), TRITON_BLOCK, [total], total
+    else:
+        grid, block, tail = probes.count, _next_power_of_2(probes.cols), [probes.cols]
+        out_len = probes.count if seg.per_row_output else total
+    return {"sources": [kernel_source(seg, r) for r in regions], "grid": grid, "block": block, "tail": tail,
+            "out_len": out_len, "out_dtype": seg.out_dtype, "tl_names": tl_names(),
+            "args": [{"values": probes.inputs[a.name], "pattern": a.pattern} for a in seg.args]}
+
+
+def run(seg: Segment, target: str, probes: Probes, regions: list[str]) -> list[RegionRun]:
+    del target  # always triton here
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+        code, stdout = confined_run([sys.executable, "-I", str(CHILD)], tmp, [], RUN_TIMEOUT_S,
+                                    stdin=json.dumps(job(seg, probes, regions)))
+    replies = {}
+    for line in stdout.splitlines():
+        try:
+            reply = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        replies[reply.get("k")] = reply
+    out = []
+    for k in range(len(regions)):
+        reply = replies.get(k)
+        if reply is None:
+            why = "the run did not finish" if code == -1 else f"the child ended (exit {code}) before this region"
+            out.append(RegionRun(runtime_error=why))
+        elif "values" in reply:
+            vals = array("f")
+            vals.frombytes(base64.b64decode(reply["values"]))
+            out.append(RegionRun(values=vals))
+        elif reply["kind"] == "compile":
+            out.append(RegionRun(compile_error=reply["error"]))
+        elif reply["kind"] == "unsupported":
+            out.append(RegionRun(unsupported=reply["error"]))
+        else:
+            out.append(RegionRun(runtime_error=reply["error"]))
+    return out
