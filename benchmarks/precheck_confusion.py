@@ -69,7 +69,8 @@ def load_verdicts(path: Path) -> dict[str, dict]:
 def _priority(a: RegionAnswer) -> int:
     """Evaluation order, for a run cut short: answers with no verdict on record first, then the
     mutants a pre-check could let through (subtly wrong math), then the rest."""
-    order = ["mutant:dropped_term", "mutant:wrong_constant", "oracle", "mutant:empty", "mutant:undefined_name"]
+    order = ["mutant:dropped_term", "mutant:wrong_constant", "oracle", "mutant:plus_one", "mutant:empty",
+             "mutant:undefined_name"]
     if a.recorded_verdict is None and not a.source.startswith(("oracle", "mutant")):
         return 0
     if a.source in order:
@@ -116,15 +117,20 @@ def report(items: list[tuple[RegionAnswer, str]], plans: dict, store: dict[str, 
     for i, (a, _) in enumerate(items):
         groups.setdefault((a.task_id, a.target), []).append(i)
     checks: dict[int, object] = {}
+    per_call: list[float] = []
     for (tid, target), idx in groups.items():  # one call per task and target: one compile for all
+        t0 = time.perf_counter()
         for i, res in zip(idx, precheck_many(plans[tid], target, [items[i][0].region for i in idx])):
             checks[i] = res
+        per_call.append(time.perf_counter() - t0)
     precheck_s = time.perf_counter() - started
-    rows = []
+    per_call.sort()
+    rows, unjudged = [], []
     for i, (a, code) in enumerate(items):
         stored = store.get(program_key(code))
         verdict, basis = (stored["verdict"], "evaluated") if stored else (a.recorded_verdict, "recorded")
         if verdict is None:
+            unjudged.append((a, checks[i]))
             continue
         rows.append((a, checks[i], evaluator_class(verdict), verdict, basis))
     lines = [
@@ -132,7 +138,8 @@ def report(items: list[tuple[RegionAnswer, str]], plans: dict, store: dict[str, 
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores; size {size}. {len(items)} region answers "
         f"({len(rows)} with an evaluator verdict); the pre-check of all of them took {precheck_s:.1f} s "
-        f"in {len(groups)} calls (one per task and target).",
+        f"in {len(groups)} calls (one per task and target, {len(items) / max(1, len(groups)):.1f} regions a call; "
+        f"median {per_call[len(per_call) // 2]:.2f} s, slowest {per_call[-1]:.2f} s a call).",
         "",
         "```",
         "python benchmarks/precheck_confusion.py " + " ".join(sys.argv[1:]),
@@ -148,7 +155,7 @@ def report(items: list[tuple[RegionAnswer, str]], plans: dict, store: dict[str, 
             tally = Counter((r[1].status.value, r[2]) for r in sel)
             cols = ["correct", "incorrect", "compile_error"]
             lines += [f"## {target}: evaluator verdicts {basis}"
-                      + (" now" if basis == "evaluated" else " with the answers (study logs)"), "",
+                      + (" now" if basis == "evaluated" else " with the answers (study logs, the H200 sweep)"), "",
                       "| pre-check \\ evaluator | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
             for status in ("pass", "counterexample", "compile_error", "runtime_error", "unsupported"):
                 if any(tally[(status, c)] for c in cols):
@@ -162,6 +169,15 @@ def report(items: list[tuple[RegionAnswer, str]], plans: dict, store: dict[str, 
                 elif res.status.value != "pass" and cls == "correct":
                     bugs.append(f"- false alarm: pre-check {res.status.value}, evaluator correct: {a.task_id} {target} "
                                 f"({a.source}): {res.render()[:240]}")
+    if unjudged:
+        lines += ["## Pre-check only (no evaluator verdict yet)", "", "| target | source | pass | counterexample | "
+                  "compile_error | runtime_error | unsupported |", "|---|---|---|---|---|---|---|"]
+        tally = Counter((a.target, a.source, res.status.value) for a, res in unjudged)
+        for target, source in sorted({(a.target, a.source) for a, _ in unjudged}):
+            lines.append(f"| {target} | {source} | " + " | ".join(
+                str(tally[(target, source, s)]) for s in ("pass", "counterexample", "compile_error", "runtime_error",
+                                                          "unsupported")) + " |")
+        lines.append("")
     lines += ["## Disagreements", ""] + (bugs or ["none"]) + [""]
     return "\n".join(lines)
 

@@ -7,8 +7,11 @@ the pre-check tests (a few real answers of each kind). Sources:
   from the judged program, between the markers) and the *-regions.jsonl files of the prompt studies;
 * replay transcripts of scaffolded runs (tests/fixtures/transcripts/*_scaffold.jsonl), spliced with
   today's splicer (the task is the one whose kernel the prompt shows);
+* fresh samples of the embedded model (benchmarks/precheck_fresh.py: docs/results/precheck-confusion/fresh.jsonl);
 * the test oracle's correct region per task and target (tests/scaffold/oracle.py), and mutants of
-  it: a dropped term, a wrong constant, an undefined name, the empty region.
+  it: plus one, a dropped term, a wrong constant, an undefined name, the empty region. The H200
+  sweep of benchmarks/scaffold_check.py (docs/results/scaffold-gpu.md) gives the evaluator's
+  verdicts on the oracle, plus-one and empty regions for CUDA and Triton.
 
 Answers are deduplicated per (task, target, region text).
 """
@@ -75,6 +78,12 @@ def _from_region_logs(path: Path) -> Iterator[RegionAnswer]:
                            recorded_verdict=r.get("verdict"))
 
 
+def _from_fresh(path: Path) -> Iterator[RegionAnswer]:
+    # benchmarks/precheck_fresh.py: new samples of the embedded model, already spliced
+    for r in _rows(path):
+        yield RegionAnswer(task_id=r["task_id"], target=r["target"], region=r["region"], source=r["source"])
+
+
 def _prompt_target(prompt: str) -> str:
     return "cpp" if "C++ (CPU)" in prompt else "triton" if "Triton" in prompt else "cuda"
 
@@ -102,6 +111,9 @@ def recorded(plans: dict[str, ScaffoldPlan]) -> list[RegionAnswer]:
         found += _from_region_logs(path)
     for path in sorted((ROOT / "tests" / "fixtures" / "transcripts").glob("*_scaffold.jsonl")):
         found += _from_transcripts(path, scaffolds)
+    fresh = ROOT / "docs" / "results" / "precheck-confusion" / "fresh.jsonl"
+    if fresh.exists():
+        found += _from_fresh(fresh)
     return [a for a in found if (a.task_id, a.target) in scaffolds]
 
 
@@ -148,9 +160,26 @@ def _bump_result(region: str, term: str) -> str:
     return "\n".join(lines)
 
 
+def sweep_verdicts() -> dict[tuple[str, str, str], str]:
+    """(task, target, variant) -> verdict from the H200 sweep of benchmarks/scaffold_check.py
+    (docs/results/scaffold-gpu.md): the full evaluator on the oracle's region ("correct"), the
+    empty region and the oracle's region plus one ("wrong"), for CUDA and Triton."""
+    path = ROOT / "docs" / "results" / "scaffold-gpu.md"
+    out: dict[tuple[str, str, str], str] = {}
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 7 and cells[0].startswith("builtin/") and cells[1] in ("cuda", "triton"):
+            for variant, cell in zip(("correct", "empty", "wrong"), cells[3:6]):
+                out[(cells[0], cells[1], variant)] = cell.split()[0]
+    return out
+
+
 def oracle_and_mutants(plans: dict[str, ScaffoldPlan], targets: list[str]) -> list[RegionAnswer]:
     from tests.scaffold.oracle import Unsupported, region
 
+    sweep = sweep_verdicts()
     out: list[RegionAnswer] = []
     for tid, p in plans.items():
         if not p.available:
@@ -161,9 +190,14 @@ def oracle_and_mutants(plans: dict[str, ScaffoldPlan], targets: list[str]) -> li
                 good = region(sc)
             except Unsupported:
                 continue
-            out.append(RegionAnswer(task_id=tid, target=tg, region=good, source="oracle"))
-            out += [RegionAnswer(task_id=tid, target=tg, region=text, source=f"mutant:{kind}")
-                    for kind, text in mutants(sc, good)]
+            out.append(RegionAnswer(task_id=tid, target=tg, region=good, source="oracle",
+                                    recorded_verdict=sweep.get((tid, tg, "correct"))))
+            out.append(RegionAnswer(task_id=tid, target=tg, region=region(sc, wrong=True), source="mutant:plus_one",
+                                    recorded_verdict=sweep.get((tid, tg, "wrong"))))
+            for kind, text in mutants(sc, good):
+                verdict = sweep.get((tid, tg, "empty")) if kind == "empty" else None
+                out.append(RegionAnswer(task_id=tid, target=tg, region=text, source=f"mutant:{kind}",
+                                        recorded_verdict=verdict))
     return out
 
 

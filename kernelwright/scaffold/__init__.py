@@ -6,6 +6,9 @@
   marked region.
 * ``assemble(scaffold, answer)`` -> ``Assembly``: the model's answer spliced in, with the
   splicer's repairs recorded.
+* ``precheck(plan, target, region)`` / ``precheck_many(...)`` -> ``PrecheckResult``: the region
+  against the segment computed by PyTorch on probe values, in well under a second, before any
+  extension build (``precheck/``).
 
 Plans are cached per (task source, size) in memory: they are deterministic, and a study asks
 for the same task's scaffold once per regime and turn.
@@ -20,12 +23,14 @@ from kernelwright.childproc import ChildTimeout, run_json_child
 from kernelwright.records import Task
 
 from .planner_job import PlanBatch, PlanJob
+from .precheck import Counterexample, PrecheckResult, PrecheckStatus, precheck, precheck_many
 from .skeleton import write
 from .splice import assemble
-from .types import BEGIN, END, Assembly, KernelArg, Scaffold, ScaffoldPlan, Segment, SegmentKind
+from .types import BEGIN, END, Assembly, KernelArg, Probes, Scaffold, ScaffoldPlan, Segment, SegmentKind
 
-__all__ = ["BEGIN", "END", "Assembly", "KernelArg", "Scaffold", "ScaffoldError", "ScaffoldPlan", "Segment",
-           "SegmentKind", "assemble", "build", "plan_task", "plan_tasks", "write"]
+__all__ = ["BEGIN", "END", "Assembly", "Counterexample", "KernelArg", "PrecheckResult", "PrecheckStatus", "Probes",
+           "Scaffold", "ScaffoldError", "ScaffoldPlan", "Segment", "SegmentKind", "assemble", "build", "plan_task",
+           "plan_tasks", "precheck", "precheck_many", "write"]
 
 DEFAULT_TIMEOUT_S = 300.0
 _cache: dict[str, ScaffoldPlan] = {}

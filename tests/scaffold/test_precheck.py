@@ -24,8 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelwright.scaffold import SegmentKind, plan_tasks, write
-from kernelwright.scaffold.precheck import PrecheckStatus, precheck, precheck_many
+from kernelwright.scaffold import PrecheckStatus, SegmentKind, plan_tasks, precheck, precheck_many, write
 from kernelwright.scaffold.precheck.compare import close, decode, round_to
 from kernelwright.tasks import load_tasks
 
