@@ -73,9 +73,7 @@ namespace at { using Half = float; using BFloat16 = float; }
 '''
 
 CUDA_SHIM = r'''
-#include <barrier>
-#include <mutex>
-#include <thread>
+#include <pthread.h>
 #define __global__
 #define __device__
 #define __host__
@@ -85,8 +83,30 @@ CUDA_SHIM = r'''
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
 thread_local dim3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
-static std::barrier<>* kw_block_barrier = nullptr;
-static inline void __syncthreads() { kw_block_barrier->arrive_and_wait(); }
+// One block at a time, its threads as host threads (plain pthreads: no templates to instantiate,
+// which made each compile several times slower).
+static pthread_barrier_t kw_bar;
+static void (*kw_body)(void);
+struct kw_id { unsigned t, b; };
+static void* kw_thread(void* p) {
+    const kw_id* id = static_cast<const kw_id*>(p);
+    threadIdx.x = id->t; blockIdx.x = id->b;
+    kw_body();
+    return nullptr;
+}
+static void kw_launch(unsigned blocks, unsigned threads, void (*body)(void)) {
+    static pthread_t ts[1024];
+    static kw_id ids[1024];
+    blockDim.x = threads; gridDim.x = blocks; kw_body = body;
+    pthread_attr_t attr; pthread_attr_init(&attr); pthread_attr_setstacksize(&attr, 1 << 20);
+    for (unsigned b = 0; b < blocks; ++b) {
+        pthread_barrier_init(&kw_bar, nullptr, threads);
+        for (unsigned t = 0; t < threads; ++t) { ids[t] = {t, b}; pthread_create(&ts[t], &attr, kw_thread, &ids[t]); }
+        for (unsigned t = 0; t < threads; ++t) pthread_join(ts[t], nullptr);
+        pthread_barrier_destroy(&kw_bar);
+    }
+}
+static inline void __syncthreads() { pthread_barrier_wait(&kw_bar); }
 static inline void __syncwarp(unsigned = 0xffffffffu) {}
 static inline void __threadfence() {}
 static float kw_exchange[1024];
@@ -111,9 +131,11 @@ static inline float block_max(float v) {
     float s = -INFINITY; for (unsigned t = 0; t < blockDim.x; ++t) s = fmaxf(s, kw_exchange[t]);
     __syncthreads(); return s;
 }
-static std::mutex kw_atomic;
-static inline float atomicAdd(float* a, float v) { std::lock_guard<std::mutex> g(kw_atomic); float o = *a; *a += v; return o; }
-static inline float atomicMax(float* a, float v) { std::lock_guard<std::mutex> g(kw_atomic); float o = *a; *a = fmaxf(*a, v); return o; }
+static pthread_mutex_t kw_atomic = PTHREAD_MUTEX_INITIALIZER;
+static inline float atomicAdd(float* a, float v) {
+    pthread_mutex_lock(&kw_atomic); float o = *a; *a += v; pthread_mutex_unlock(&kw_atomic); return o; }
+static inline float atomicMax(float* a, float v) {
+    pthread_mutex_lock(&kw_atomic); float o = *a; *a = fmaxf(*a, v); pthread_mutex_unlock(&kw_atomic); return o; }
 // glibc declares some of these names itself: macros, not definitions
 #define __expf expf
 #define __logf logf
@@ -198,21 +220,12 @@ def _call(seg: Segment, count: int, cols: int) -> str:
     return ", ".join(args)
 
 
-def _launch(seg: Segment, target: str, k: int, call: str, count: int) -> str:
+def _launch(seg: Segment, target: str, k: int, count: int) -> str:
     if target == "cpp":
-        return f"        r{k}::kw_fused_kernel({call});\n"
+        return f"        kw_body_{k}();\n"
     threads = ELEMENTWISE_THREADS if seg.kind == SegmentKind.ELEMENTWISE else ROW_THREADS
     blocks = (count + threads - 1) // threads if seg.kind == SegmentKind.ELEMENTWISE else count
-    return (f"        blockDim.x = {threads}; gridDim.x = {blocks};\n"
-            f"        for (unsigned b = 0; b < {blocks}; ++b) {{\n"
-            f"            std::barrier<> bar({threads}); kw_block_barrier = &bar;\n"
-            "            std::vector<std::thread> ts;\n"
-            f"            for (unsigned t = 0; t < {threads}; ++t) ts.emplace_back([&, t] {{\n"
-            "                threadIdx.x = t; blockIdx.x = b;\n"
-            f"                r{k}::kw_fused_kernel({call});\n"
-            "            });\n"
-            "            for (auto& th : ts) th.join();\n"
-            "        }\n")
+    return f"        kw_launch({blocks}, {threads}, kw_body_{k});\n"
 
 
 def translation_unit(seg: Segment, target: str, regions: list[str], count: int, cols: int,
@@ -229,24 +242,23 @@ def translation_unit(seg: Segment, target: str, regions: list[str], count: int, 
         line += text.count("\n")
         parts.append(text)
     n_in = count * cols
-    main = ["int main(int argc, char** argv) {",
+    call = _call(seg, count, cols)
+    glue = [f"static float kw_buf[{len(seg.args)} * {n_in}];", f"static float kw_out[{max(out_len, 1)}];"]
+    glue += [f"static const float* const kw_in_{a.name} = kw_buf + {i * n_in};" for i, a in enumerate(seg.args)]
+    glue += [f"static void kw_body_{k}() {{ r{k}::kw_fused_kernel({call}); }}" for k in range(len(regions))]
+    main = glue + ["int main(int argc, char** argv) {",
             "    if (argc < 3) return 2;",
-            f"    static float kw_buf[{len(seg.args)} * {n_in}];",
             "    FILE* f = fopen(argv[1], \"rb\");",
             f"    if (!f || fread(kw_buf, sizeof(float), {len(seg.args) * n_in}, f) != {len(seg.args) * n_in}) return 3;",
             "    fclose(f);"]
-    for i, a in enumerate(seg.args):
-        main.append(f"    const float* kw_in_{a.name} = kw_buf + {i * n_in};")
-    main += [f"    static float kw_out[{max(out_len, 1)}];",
-             f"    for (int k = 0; k < {len(regions)}; ++k) {{",
+    main += [f"    for (int k = 0; k < {len(regions)}; ++k) {{",
              "        pid_t pid = fork();",
              "        if (pid == 0) {",
              f"            alarm({REGION_TIMEOUT_S});",
              f"            for (int q = 0; q < {max(out_len, 1)}; ++q) kw_out[q] = NAN;",
              "            switch (k) {"]
-    call = _call(seg, count, cols)
     for k in range(len(regions)):
-        main.append(f"            case {k}: {{\n{_launch(seg, target, k, call, count)}            break; }}")
+        main.append(f"            case {k}: {{\n{_launch(seg, target, k, count)}            break; }}")
     main += ["            }",
              "            char path[4096]; snprintf(path, sizeof path, \"%s.%d\", argv[2], k);",
              "            FILE* o = fopen(path, \"wb\");",

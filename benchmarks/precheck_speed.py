@@ -1,0 +1,57 @@
+"""How long a pre-check call takes, per target, for 1 and for 8 new regions (nothing cached but the
+precompiled header): what a search loop pays per step.
+
+    python benchmarks/precheck_speed.py --repeat 3
+
+New regions are the oracle's with a unique comment, so every call compiles (C++/CUDA) or runs a
+child (Triton) as a new answer would. Prints one table row per target and batch size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kernelwright.scaffold import plan_tasks, precheck_many, write  # noqa: E402
+from kernelwright.tasks import load_tasks  # noqa: E402
+from tests.scaffold.oracle import region  # noqa: E402
+
+TASKS = ["builtin/L2/06_channel_affine_hardswish_residual", "builtin/L2/05_linear_softmax_scale"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    tasks = [t for t in load_tasks("builtin") if t.id in TASKS]
+    plans = plan_tasks(tasks)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print("| target | layout | regions a call | median s a call | s a region |\n|---|---|---|---|---|")
+    for target in ("cpp", "cuda", "triton"):
+        for plan in plans:
+            sc = write(plan, target)
+            good = region(sc)
+            comment = "#" if target == "triton" else "//"
+            precheck_many(plan, target, [good])  # the precompiled header, once per machine
+            for k in (1, 8):
+                times = []
+                for _ in range(args.repeat):
+                    regions = [f"{comment} {uuid.uuid4().hex}\n{good}" for _ in range(k)]
+                    started = time.perf_counter()
+                    results = precheck_many(plan, target, regions)
+                    times.append(time.perf_counter() - started)
+                    assert all(r.passed for r in results), [r.render() for r in results]
+                med = statistics.median(times)
+                print(f"| {target} | {plan.segment.kind.value} | {k} | {med:.2f} | {med / k:.2f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
