@@ -84,7 +84,7 @@ def _key(plan: ScaffoldPlan, target: str, region: str) -> str:
 def _screen(target: str, region: str) -> Optional[PrecheckResult]:
     if target == "triton":
         return None
-    from .native import screen
+    from .native_shim import screen
 
     found = screen(target, region)
     if not found:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..skeleton import PLACEHOLDER, TRITON_BLOCK, triton_kernel
 from ..types import Probes, Segment, SegmentKind
-from .native import cache_dir, confined_run
+from .confined import cache_dir, confined_run
 from .types import RegionRun
 
 CHILD = Path(__file__).with_name("tl_child.py")
