@@ -102,6 +102,10 @@ def test_what_needs_no_compiler(plans) -> None:
                               "j < cols; j += blockDim.x) y[j] = m;")
     assert got.status == PrecheckStatus.COMPILE_ERROR and "__host__ function(\"std::max_element\")" in got.error
     assert precheck(p, "cpp", "y[0] = torch::exp(x(0)).item<float>();").status == PrecheckStatus.UNSUPPORTED
+    # the skeleton's own element types are no torch call: such a region is compiled, not refused
+    from kernelwright.scaffold.precheck.native_shim import screen
+
+    assert screen("cpp", "y[0] = static_cast<at::Half>(x(0));") == screen("cuda", "y = c10::BFloat16(x);") == ""
     bare = p.model_copy(update={"probes": None})
     got = precheck(bare, "cpp", "y[0] = x(0);")
     assert got.status == PrecheckStatus.UNSUPPORTED and "no probes" in got.error

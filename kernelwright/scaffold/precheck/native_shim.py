@@ -22,7 +22,8 @@ CUDA_STD_OK = frozenset({"exp", "expf", "log", "logf", "log1p", "sqrt", "sqrtf",
                          "isnan", "isinf", "isfinite", "floor", "ceil", "round", "exp2", "log2", "sin", "cos",
                          "cosh", "sinh", "expm1", "cbrt", "rsqrt", "numeric_limits", "size_t", "int64_t",
                          "int32_t", "uint32_t"})
-TORCH_NAMES = re.compile(r"\b(?:torch|at|c10)::|\bdata_ptr\s*<|\.item\s*\(")
+# torch / ATen calls: not compiled here. The skeleton's own element types are (as floats).
+TORCH_NAMES = re.compile(r"\btorch::|\b(?:at|c10)::(?!Half\b|BFloat16\b)|\bdata_ptr\s*<|\.item\s*\(")
 
 COMMON = r'''
 #include <algorithm>
@@ -43,6 +44,7 @@ COMMON = r'''
 #include <sys/wait.h>
 #include <unistd.h>
 namespace at { using Half = float; using BFloat16 = float; }
+namespace c10 { using Half = float; using BFloat16 = float; }
 '''
 
 CUDA_SHIM = r'''
