@@ -101,9 +101,31 @@ def probe(seg: Segment, sub: fx.GraphModule, call_args: list[torch.Tensor], arg_
     return p
 
 
-def _expanded_index(v: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """For each flat position of the main input, the flat position of ``v`` broadcast there."""
-    return torch.arange(v.numel()).reshape(v.shape).expand(shape).reshape(-1)
+def _source_index(v: torch.Tensor, shape: torch.Size, flat: torch.Tensor) -> torch.Tensor:
+    """For flat positions of the main input (shape ``shape``), the flat positions in ``v``
+    (contiguous) that broadcasting reads there. Index arithmetic only: a full-size broadcast
+    would materialize a tensor as large as the main input for every arg."""
+    dims = [1] * (len(shape) - v.dim()) + list(v.shape)
+    src = torch.zeros_like(flat)
+    rest = flat.clone()
+    stride = 1
+    for d in reversed(range(len(shape))):
+        coord = rest % shape[d]
+        rest = rest // shape[d]
+        if dims[d] != 1:
+            src += coord * stride
+        stride *= dims[d]
+    return src
+
+
+def _gather(v: torch.Tensor, shape: torch.Size, flat: torch.Tensor) -> torch.Tensor:
+    v = v.contiguous()
+    return v.reshape(-1)[_source_index(v, shape, flat.to(v.device))]
+
+
+def _writable(call_args: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Contiguous copies, so writes through flat views reach the tensors the subgraph reads."""
+    return [a.clone(memory_format=torch.contiguous_format) for a in call_args]
 
 
 def _elementwise(sub: fx.GraphModule, call_args: list[torch.Tensor], arg_names: list[str], main_pos: int,
@@ -113,23 +135,23 @@ def _elementwise(sub: fx.GraphModule, call_args: list[torch.Tensor], arg_names: 
     top = 4.0 * max([scale] + [abs(c) for c in consts])
     wanted = _edges(scale, consts) + torch.linspace(-top, top, SWEEP).tolist()
     count = min(n, ELEMENTS)
-    pos = torch.randperm(n, generator=gen)[:count]
-    args = [a.clone() for a in call_args]
+    pos = torch.randperm(n, generator=gen)[:count].to(main.device)
+    args = _writable(call_args)
     flat_main = args[main_pos].reshape(-1)
     k = min(len(wanted), count)
-    flat_main[pos[:k]] = torch.tensor(wanted[:k], dtype=flat_main.dtype)
+    flat_main[pos[:k]] = torch.tensor(wanted[:k], dtype=flat_main.dtype, device=main.device)
     # extras: edge values at a shuffled third of the positions, so each meets many main values
     for i, a in enumerate(args):
         if i == main_pos or a.numel() == 1:
             continue
-        src = _expanded_index(a, main.shape)[pos]
-        pick = torch.randperm(count, generator=gen)[: count // 3]
+        src = _source_index(a, main.shape, pos)
+        pick = torch.randperm(count, generator=gen)[: count // 3].to(main.device)
         edges = _edges(_scale(a), consts)
-        vals = torch.tensor([edges[j % len(edges)] for j in range(len(pick))], dtype=a.dtype)
+        vals = torch.tensor([edges[j % len(edges)] for j in range(len(pick))], dtype=a.dtype, device=a.device)
         a.reshape(-1)[src[pick]] = vals
     out = sub(*args)
     named = list(zip(arg_names, args)) + list(fixed.items())
-    inputs = {name: encode(a.expand(main.shape).reshape(-1)[pos]) for name, a in named}
+    inputs = {name: encode(_gather(a, main.shape, pos)) for name, a in named}
     labels = ["edge" if j < len(wanted) - SWEEP else "sweep" if j < len(wanted) else "drawn" for j in range(count)]
     return Probes(count=count, cols=1, inputs=inputs, expected=encode(out.reshape(-1)[pos]), labels=labels)
 
@@ -140,19 +162,19 @@ def _rows(seg: Segment, sub: fx.GraphModule, call_args: list[torch.Tensor], arg_
     cols = seg.cols
     rows = main.numel() // cols
     count = min(rows, ROWS)
-    chosen = torch.randperm(rows, generator=gen)[:count]
-    args = [a.clone() for a in call_args]
+    chosen = torch.randperm(rows, generator=gen)[:count].to(main.device)
+    args = _writable(call_args)
     m = args[main_pos].reshape(rows, cols)
-    real = m[chosen[0]].clone()
-    edges = torch.tensor(_edges(scale, consts), dtype=torch.float32)
+    real = m[chosen[0]].float().clone()
+    edges = torch.tensor(_edges(scale, consts), dtype=torch.float32, device=main.device)
     designs = [
         ("drawn", real),
         # a power of two: its sums are exact, so a mean-subtracting region sees a variance of exactly
         # 0 (as PyTorch's does) instead of the rounding of a naive sum, which the evaluator's drawn
         # rows never show
-        ("constant", torch.full((cols,), 2.0 ** round(math.log2(0.5 * scale)))),
-        ("zeros", torch.zeros(cols)),
-        ("one large value", real.clone().index_fill_(0, torch.tensor([cols // 2]), 4.0 * scale)),
+        ("constant", torch.full((cols,), 2.0 ** round(math.log2(0.5 * scale)), device=main.device)),
+        ("zeros", torch.zeros(cols, device=main.device)),
+        ("one large value", real.clone().index_fill_(0, torch.tensor([cols // 2], device=main.device), 4.0 * scale)),
         ("negated", -real),
         ("edge values", edges.repeat(cols // edges.numel() + 1)[:cols]),
     ][:count]
@@ -161,7 +183,8 @@ def _rows(seg: Segment, sub: fx.GraphModule, call_args: list[torch.Tensor], arg_
         m[r] = values.to(m.dtype)
         labels.append(label)
     out = sub(*args)
+    flat = (chosen[:, None] * cols + torch.arange(cols, device=main.device)[None, :]).reshape(-1)
     named = list(zip(arg_names, args)) + list(fixed.items())
-    inputs = {name: encode(a.expand(main.shape).reshape(rows, cols)[chosen]) for name, a in named}
+    inputs = {name: encode(_gather(a, main.shape, flat)) for name, a in named}
     flat_out = out.reshape(rows, -1)[chosen]
     return Probes(count=count, cols=cols, inputs=inputs, expected=encode(flat_out), labels=labels)

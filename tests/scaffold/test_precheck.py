@@ -40,7 +40,8 @@ CLAMP = "builtin/L2/02_conv2d_mish_clamp"
 
 @pytest.fixture(scope="module")
 def plans():
-    ids = sorted({a["task_id"] for a in ANSWERS} | set(LAYOUTS) | {CLAMP, "builtin/L1/01_gelu_tanh"})
+    ids = sorted({a["task_id"] for a in ANSWERS} | set(LAYOUTS) | {CLAMP, "builtin/L1/01_gelu_tanh",
+                                                                 "builtin/L3/08_patch_embed_classifier"})
     tasks = load_tasks("builtin")
     chosen = [t for t in tasks if t.id in ids]
     return dict(zip([t.id for t in chosen], plan_tasks(chosen)))
@@ -78,6 +79,19 @@ def test_row_probes_include_a_constant_row_and_one_large_value(plans) -> None:
     assert max(big) >= 4 * max(abs(v) for v in rows[probes.labels.index("drawn")])
     # the broadcast weight arrives materialized, one value per probe column
     assert len(decode(probes.inputs["class_scale"])) == probes.count * probes.cols
+
+
+def test_designed_rows_reach_pytorch_through_a_strided_input(plans) -> None:
+    """The probe rows are written into the tensors the segment reads (here x is a transposed view,
+    whose reshape is a copy) and the expected values are PyTorch's on exactly those rows."""
+    p = plans["builtin/L3/08_patch_embed_classifier"]  # y = layer_norm(x + position) * weight + bias
+    probes, cols = p.probes, p.probes.cols
+    vals = {k: torch.tensor(decode(v)).reshape(probes.count, cols) for k, v in probes.inputs.items()}
+    x = vals["x"]
+    assert len(set(x[probes.labels.index("constant")].tolist())) == 1
+    want = torch.nn.functional.layer_norm(x + vals["position"], (cols,), eps=1e-5) * vals["weight"] + vals["bias"]
+    got = torch.tensor(decode(probes.expected)).reshape(probes.count, cols)
+    assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
 
 
 def test_the_comparison_is_the_evaluators(plans) -> None:
