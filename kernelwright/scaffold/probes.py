@@ -11,7 +11,10 @@ evaluator's), so ops with shapes baked in (views, a norm's weight) run as they d
   +-1, the magnitudes of the real input and several times them), the numeric constants of the
   segment's ops and the kinks of its activations (a clamp bound, a softplus threshold, hardswish's
   +-3) with values just beside them, a sweep across the whole range, and real values. Extra inputs
-  get edge values at some of those positions and keep their real values at the others.
+  get edge values at some of those positions and keep their real values at the others. The kinks
+  are also found in the main input's units, where they lie behind other ops (a clamp after a scale
+  or after mish): the main input values at which each kinked op's input reaches its kink, and
+  values just beside them.
 * row: up to ``ROWS`` rows: a real row, a constant row, a zero row, a real row with one large
   value, the real row negated, and a row of the elementwise edge values.
 
@@ -29,6 +32,8 @@ from typing import Any
 import torch
 from torch import fx
 
+from kernelwright.analysis import ops
+
 from .types import Probes, Segment, SegmentKind
 
 ELEMENTS = 512
@@ -39,6 +44,12 @@ IMPLICIT_KINKS = {"relu": [0.0], "relu6": [0.0, 6.0], "hardtanh": [-1.0, 1.0], "
                   "hardsigmoid": [-3.0, 3.0], "leaky_relu": [0.0], "elu": [0.0], "selu": [0.0], "celu": [0.0],
                   "softplus": [20.0], "threshold": [], "clamp": [], "where": [0.0], "abs": [0.0], "sign": [0.0]}
 MODULE_CONSTANTS = ("min_val", "max_val", "threshold", "beta", "negative_slope", "alpha", "lambd", "value")
+# Ops whose numeric arguments are where their output bends or jumps (a clamp's bounds, a comparison's
+# constant), as opposed to scales and offsets (mul, add).
+KINK_OPS = frozenset(IMPLICIT_KINKS) | {"gt", "lt", "ge", "le", "eq", "ne", "clamp_min", "clamp_max", "hardshrink",
+                                        "softshrink"}
+KINK_SEARCH = 48  # elementwise: positions used to find the kinks in the main input's units
+BISECT_STEPS = 30
 
 
 def encode(values: torch.Tensor) -> str:
@@ -67,6 +78,79 @@ def constants(gm: fx.GraphModule, nodes: list[fx.Node], targets: list[str]) -> l
         found += IMPLICIT_KINKS.get(t, [])
     # integer arguments are mostly dims; keep them anyway (a dim of 1 is a harmless probe value)
     return sorted(set(found))
+
+
+def _numbers(values: list[Any]) -> list[float]:
+    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+
+
+def _kink_ops(sub: fx.GraphModule) -> list[tuple[fx.Node, float]]:
+    """(the op's input, the value of that input where the op bends or jumps), per kinked op."""
+    found = []
+    for n in sub.graph.nodes:
+        if n.op not in ("call_function", "call_method", "call_module") or not n.args \
+                or not isinstance(n.args[0], fx.Node):
+            continue
+        if n.op == "call_module":
+            mod = sub.get_submodule(str(n.target))
+            name, extra = ops.module_canonical(type(mod).__name__), [getattr(mod, a, None) for a in MODULE_CONSTANTS]
+        else:
+            name = ops.canonical(n.target if isinstance(n.target, str) else getattr(n.target, "__name__", ""))
+            extra = []
+        if name not in KINK_OPS:
+            continue
+        for c in set(_numbers(list(n.args[1:]) + list(n.kwargs.values()) + extra) + IMPLICIT_KINKS.get(name, [])):
+            found.append((n.args[0], c))
+    return found
+
+
+def _locate_kinks(sub: fx.GraphModule, args: list[torch.Tensor], main_pos: int, where: torch.Tensor,
+                  top: float) -> list[float]:
+    """Main-input values at which an op of the segment reaches its kink (the op may sit behind a
+    scale, a bias or another activation: `clamp(mish(x), -0.25, 1.5)` bends where mish(x) = 1.5).
+    All positions in ``where`` get the extra inputs of the first one, so they see one function of
+    x; a sweep finds the sign changes of (op input - kink) and bisection pins them down."""
+    kinks = _kink_ops(sub)
+    if not kinks:
+        return []
+    main = args[main_pos]
+    flat = main.reshape(-1)
+    for i, a in enumerate(args):
+        if i != main_pos and a.numel() > 1:
+            a.reshape(-1)[_source_index(a, main.shape, where)] = a.reshape(-1)[_source_index(a, main.shape, where[:1])]
+
+    def inputs_at(xs: torch.Tensor) -> list[torch.Tensor]:
+        flat[where[:len(xs)]] = xs.to(flat.dtype)
+        interp = fx.Interpreter(sub, garbage_collect_values=False)
+        interp.run(*args)
+        out = []
+        for node, c in kinks:
+            v = interp.env.get(node)
+            ok = isinstance(v, torch.Tensor) and v.numel() == main.numel()
+            out.append(v.reshape(-1)[where[:len(xs)]].double() - c if ok else torch.zeros(len(xs), dtype=torch.float64))
+        return out
+
+    grid = torch.linspace(-top, top, len(where), dtype=torch.float64, device=main.device)
+    lo, hi, which = [], [], []
+    for k, h in enumerate(inputs_at(grid)):
+        for j in torch.nonzero((h[:-1] * h[1:]) < 0).flatten().tolist():
+            lo.append(grid[j])
+            hi.append(grid[j + 1])
+            which.append(k)
+    if not which:
+        return []
+    lo_t, hi_t = torch.stack(lo[:len(where)]), torch.stack(hi[:len(where)])
+    which = which[:len(where)]
+    for _ in range(BISECT_STEPS):
+        mid = (lo_t + hi_t) / 2
+        at_mid = inputs_at(mid)
+        at_lo = inputs_at(lo_t)
+        for i, k in enumerate(which):
+            if at_lo[k][i] * at_mid[k][i] <= 0:
+                hi_t[i] = mid[i]
+            else:
+                lo_t[i] = mid[i]
+    return sorted(set(((lo_t + hi_t) / 2).tolist()))
 
 
 def _edges(scale: float, consts: list[float]) -> list[float]:
@@ -136,23 +220,30 @@ def _elementwise(sub: fx.GraphModule, call_args: list[torch.Tensor], arg_names: 
     wanted = _edges(scale, consts) + torch.linspace(-top, top, SWEEP).tolist()
     count = min(n, ELEMENTS)
     pos = torch.randperm(n, generator=gen)[:count].to(main.device)
+    search = pos[-KINK_SEARCH:] if count >= 2 * KINK_SEARCH else pos[:0]  # the kink positions, last
     args = _writable(call_args)
     flat_main = args[main_pos].reshape(-1)
-    k = min(len(wanted), count)
+    k = min(len(wanted), count - len(search))
     flat_main[pos[:k]] = torch.tensor(wanted[:k], dtype=flat_main.dtype, device=main.device)
     # extras: edge values at a shuffled third of the positions, so each meets many main values
     for i, a in enumerate(args):
         if i == main_pos or a.numel() == 1:
             continue
         src = _source_index(a, main.shape, pos)
-        pick = torch.randperm(count, generator=gen)[: count // 3].to(main.device)
+        pick = torch.randperm(count - len(search), generator=gen)[: count // 3].to(main.device)
         edges = _edges(_scale(a), consts)
         vals = torch.tensor([edges[j % len(edges)] for j in range(len(pick))], dtype=a.dtype, device=a.device)
         a.reshape(-1)[src[pick]] = vals
+    labels = ["edge" if j < len(wanted) - SWEEP else "sweep" if j < len(wanted) else "drawn" for j in range(count)]
+    if len(search):
+        found = _locate_kinks(sub, args, main_pos, search, top)
+        near = [v for x in found for v in (x, x - 1e-3 * max(1.0, abs(x)), x + 1e-3 * max(1.0, abs(x)))]
+        near = near[:len(search)]
+        flat_main[search[:len(near)]] = torch.tensor(near, dtype=flat_main.dtype, device=main.device)
+        labels[count - len(search):] = ["kink"] * len(near) + ["kink search"] * (len(search) - len(near))
     out = sub(*args)
     named = list(zip(arg_names, args)) + list(fixed.items())
     inputs = {name: encode(_gather(a, main.shape, pos)) for name, a in named}
-    labels = ["edge" if j < len(wanted) - SWEEP else "sweep" if j < len(wanted) else "drawn" for j in range(count)]
     return Probes(count=count, cols=1, inputs=inputs, expected=encode(out.reshape(-1)[pos]), labels=labels)
 
 

@@ -64,6 +64,11 @@ def test_probes_hold_the_edge_values_and_what_pytorch_computes_on_them(plans) ->
     for bound in (-0.25, 1.5):
         assert any(abs(v - bound) < 1e-6 for v in values)
         assert any(0 < abs(v - bound) < 1e-2 for v in values)
+    # and where the clamp bends in x's units: clamp(mish(x), -0.25, 1.5) at mish(x) = 1.5 and at
+    # both x where the (non-monotonic) mish(x) = -0.25
+    mish = {v: v * math.tanh(math.log1p(math.exp(v))) for v in values}
+    assert any(abs(m - 1.5) < 1e-4 for m in mish.values())
+    assert len([v for v, m in mish.items() if abs(m + 0.25) < 1e-4]) >= 2
 
 
 def test_row_probes_include_a_constant_row_and_one_large_value(plans) -> None:
