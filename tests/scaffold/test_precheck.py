@@ -156,6 +156,7 @@ def test_real_answers(answer, plans) -> None:
         ce = got.counterexample
         assert not close(ce.got, ce.expected, ce.atol)
         assert "PyTorch gives" in got.render() and "the region gives" in got.render()
+        assert ("probe row" in got.render()) == (plans[answer["task_id"]].segment.kind == SegmentKind.ROW)
     elif verdict == "compile_error" or (verdict == "runtime_error" and answer["target"] == "triton"):
         # Triton refuses a kernel while compiling it at its first call: the evaluator's runtime_error
         assert got.status == PrecheckStatus.COMPILE_ERROR, got.render()

@@ -81,6 +81,6 @@ def first_difference(seg: Segment, probes: Probes, got: array) -> tuple[Optional
         lo, hi = max(0, centre - ROW_WINDOW), min(probes.cols, centre + ROW_WINDOW + 1)
         shown = {f"{name}[{j}]": vals[index * probes.cols + j] for name, vals in inputs.items() for j in range(lo, hi)}
         label = probes.labels[index]
-    ce = Counterexample(index=index, label=label, column=column, inputs=shown, expected=expected[k],
+    ce = Counterexample(index=index, row=row, label=label, column=column, inputs=shown, expected=expected[k],
                         got=round_to(got[k], seg.out_dtype), atol=tol, rtol=tol, bad=len(bad))
     return ce, len(expected)

@@ -20,6 +20,7 @@ class PrecheckStatus(str, enum.Enum):
 
 class Counterexample(BaseModel):
     index: int  # the probe element (elementwise) or probe row (row segments)
+    row: bool = False  # a row segment: `index` is a row, `inputs` a few of its columns
     label: str  # what kind of probe: "edge", "sweep", "drawn", "constant", "one large value", ...
     column: Optional[int] = None  # row segments: the first column that differs
     # the inputs at that element; for rows, a few columns around `column`, keyed "x[j]"
@@ -51,8 +52,8 @@ class PrecheckResult(BaseModel):
             return {"compile_error": "The region does not compile: ", "runtime_error": "The region failed on the probes: ",
                     "unsupported": "Not checked: "}[self.status.value] + self.error
         c = self.counterexample
-        where = (f"probe row {c.index} ({c.label}), column {c.column}" if c.column is not None
-                 else f"probe {c.index} ({c.label})")
+        where = (f"probe {c.index} ({c.label})" if not c.row else f"probe row {c.index} ({c.label})"
+                 + (f", column {c.column}" if c.column is not None else ""))
         args = ", ".join(f"{k} = {_num(v)}" for k, v in c.inputs.items())
         return (f"Wrong result at {where}: with {args} PyTorch gives {_num(c.expected)}, the region gives "
                 f"{_num(c.got)} ({c.bad} of {self.probes} probe values differ beyond atol={c.atol:g}, rtol={c.rtol:g}).")
