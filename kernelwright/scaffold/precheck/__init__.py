@@ -44,35 +44,25 @@ def precheck_many(plan: ScaffoldPlan, target: str, regions: list[str]) -> list[P
         why = plan.reason if seg is None else "the plan has no probes for this segment"
         return [PrecheckResult(status=PrecheckStatus.UNSUPPORTED, target=target, error=why) for _ in regions]
     keys = [_key(plan, target, r) for r in regions]
-    results: dict[int, PrecheckResult] = {}
     with _lock:
-        for i, k in enumerate(keys):
-            if k in _memo:
-                results[i] = _memo[k]
-    todo: dict[int, str] = {}
-    for i, r in enumerate(regions):
-        if i in results:
+        known = {k: _memo[k] for k in keys if k in _memo}
+    new: dict[str, PrecheckResult] = {}
+    todo: dict[str, str] = {}  # each new region once, however often it is asked for
+    for k, r in zip(keys, regions):
+        if k in known or k in new or k in todo:
             continue
         early = _screen(target, r)
         if early is not None:
-            results[i] = early
-        elif r.strip() in {regions[j].strip() for j in todo}:
-            continue  # a duplicate: filled in below
+            new[k] = early
         else:
-            todo[i] = r
+            todo[k] = r
     if todo:
-        results.update(zip(todo, _run(plan, target, list(todo.values()))))
-    for i, r in enumerate(regions):  # duplicates of a region run once
-        if i not in results:
-            results[i] = next(results[j] for j in todo if regions[j].strip() == r.strip())
+        new.update(zip(todo, _run(plan, target, list(todo.values()))))
+    with _lock:
+        _memo.update(new)
+    known.update(new)
     elapsed = time.perf_counter() - started
-    out = []
-    for i in range(len(regions)):
-        res = results[i].model_copy(update={"seconds": elapsed})
-        with _lock:
-            _memo[keys[i]] = res
-        out.append(res)
-    return out
+    return [known[k].model_copy(update={"seconds": elapsed}) for k in keys]
 
 
 def _key(plan: ScaffoldPlan, target: str, region: str) -> str:
