@@ -13,6 +13,16 @@ library promoted from it can only ever be loaded by evaluations of that same can
 pool's prebuild and its evaluation, a re-evaluation). A candidate cannot plant a library under
 another candidate's key. Why the sha256: builds are keyed by their output too, so an entry changed
 after promotion (by anything) is refused and rebuilt, never loaded.
+
+One scope is shared by every candidate: `shared/`, written only from builds the *trusted builder*
+made (builder.py): a sandboxed process that runs no candidate code, only `load_inline`'s compile
+and link of arguments the parent read from the candidate's source without running it
+(buildspec.py), and never loads what it built. The parent promotes from the builder's scratch only
+the keys it computed itself from those arguments. What lands under a key is therefore what
+compiling exactly those arguments produces, whoever asked: a second candidate with the same
+sources and flags loads it instead of building again, and nothing a candidate does at run time
+can reach it. (A hostile flag runs its commands inside the builder's sandbox, at build time; it can
+only change the output for its own key, which is the output of those same flags for anyone.)
 """
 
 from __future__ import annotations
@@ -28,16 +38,32 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from kernelwright.evaluate.taxonomy import is_disk_full
+
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # a Python extension module's name
 _KEY = re.compile(r"^[0-9a-f]{24}$")
 MAX_ARTIFACT_BYTES = 1 << 30
 SUFFIX = ".so"
+FAILED = "FAILED"  # in a trusted build's folder: the build failed; the file holds the error text
+MAX_FAILURE_BYTES = 64 << 10
+
+
+SHARED = "shared"  # the scope of the trusted builder's builds, for every candidate
 
 
 def scope_of(code_hash: str) -> str:
     return code_hash[:24]
+
+
+def build_key(arguments: dict, arch: str, torch_version: str) -> str:
+    """What names a build: load_inline's arguments as passed (not the build folder or verbosity),
+    the CUDA arch list and the torch version. One function for the worker and the parent."""
+    material = {k: v for k, v in arguments.items() if k not in ("build_directory", "verbose")}
+    material["arch"] = arch
+    material["torch"] = torch_version
+    return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
 def sha256_file(path: str) -> str:
@@ -76,10 +102,45 @@ def _regular(path: Path) -> bool:
     return stat.S_ISREG(st.st_mode) and st.st_size <= MAX_ARTIFACT_BYTES
 
 
-def promote(scratch: str, root: str, scope: str) -> list[str]:
+def failure(root: str, key: str) -> Optional[str]:
+    """The error text of a failed trusted build of `key` (shared scope only), or None."""
+    try:
+        with open(os.path.join(root, SHARED, f"{key}.failed"), errors="replace") as f:
+            return f.read(MAX_FAILURE_BYTES)
+    except OSError:
+        return None
+
+
+def record_failures(scratch: str, root: str, keys: set[str]) -> list[str]:
+    """For each of `keys` the trusted builder could not build, keep its error text in the shared
+    scope (a later identical candidate fails the same way without compiling again)."""
+    done = []
+    for key in sorted(keys):
+        marker = Path(scratch) / "builds" / key / FAILED
+        if not _KEY.match(key) or not _regular(marker) or marker.parent.is_symlink():
+            continue
+        try:
+            fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as f:
+                text = f.read(MAX_FAILURE_BYTES).decode("utf-8", "replace")
+            if is_disk_full(text):
+                continue  # the machine's fault, not the arguments': the worker meets it itself
+            home = Path(root) / SHARED
+            home.mkdir(parents=True, exist_ok=True)
+            tmp = home / f".{key}.failed.tmp"
+            tmp.write_text(text)
+            os.replace(tmp, home / f"{key}.failed")
+            done.append(key)
+        except OSError as e:
+            log.warning("could not record the failed build %s: %s", key, e)
+    return done
+
+
+def promote(scratch: str, root: str, scope: str, only: Optional[set[str]] = None) -> list[str]:
     """Copy the libraries a (dead) worker built in `scratch` into the cache under `scope`;
     returns the keys promoted. Only plain files with plain names are taken: symlinks and odd
-    names a candidate may have planted in its scratch are ignored."""
+    names a candidate may have planted in its scratch are ignored. `only`: the keys to take
+    (the shared scope takes only the keys the parent computed itself)."""
     builds = Path(scratch) / "builds"
     if not builds.is_dir() or builds.is_symlink():
         return []
@@ -87,6 +148,8 @@ def promote(scratch: str, root: str, scope: str) -> list[str]:
     for entry in sorted(os.listdir(builds)):
         folder = builds / entry
         if not _KEY.match(entry) or folder.is_symlink() or not folder.is_dir():
+            continue
+        if only is not None and entry not in only:
             continue
         libs = [p for p in folder.iterdir() if p.name.endswith(SUFFIX) and _NAME.match(p.name[:-len(SUFFIX)])
                 and _regular(p)]

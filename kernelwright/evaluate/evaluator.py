@@ -9,17 +9,19 @@ returns, and the next evaluation on that GPU checks again before it starts.
 
 from __future__ import annotations
 
-import re
+import importlib.metadata
 import logging
 import os
+import re
 import shutil
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from kernelwright import pyast
-from kernelwright.evaluate import buildcache, confine, device_lock, sandbox
+from kernelwright.evaluate import buildcache, buildspec, confine, device_lock, sandbox
 from kernelwright.evaluate.static_checks import check_source
 from kernelwright.extract import extract_code
 from kernelwright.records import EvalResult, Finding, Stage, Task, Verdict, sha256_text
@@ -331,6 +333,16 @@ def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig, run:
     if cfg.unconfined:
         _warn_unconfined()
     try:
+        shared = shared_builds(code, cfg, job, run)
+        if shared is not None and shared.timed_out:
+            # the compile of the candidate's own arguments hung: the worker's would hang the same
+            return EvalResult(verdict=Verdict.TIMEOUT, error=f"killed after {cfg.timeout:.0f} s during stage "
+                              "'shared_build'", task_id=task.id, candidate_hash=code_hash, device=cfg.device,
+                              compile_only=cfg.compile_only, stages=[shared.stage], confinement=shared.confinement)
+        if prebuild and shared is not None and shared.covers_all:
+            # every build of the candidate is in the shared scope: nothing left for a prebuild
+            return EvalResult(verdict=Verdict.COMPILED, task_id=task.id, candidate_hash=code_hash,
+                              device=cfg.device, compile_only=True, compiled=True, stages=[shared.stage])
         outcome = run(job, timeout=cfg.timeout, env=sandbox_env(cfg), held=sandbox_hold(cfg))
     except confine.ConfinementUnavailable as e:
         raise ConfinementError(str(e)) from None
@@ -341,7 +353,84 @@ def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig, run:
     finally:
         if not cfg.keep_workdir:
             shutil.rmtree(outcome.scratch, ignore_errors=True)
-    return _assemble(task, code_hash, cfg, outcome)
+    result = _assemble(task, code_hash, cfg, outcome)
+    if shared is not None:
+        result.stages.insert(0, shared.stage)
+    return result
+
+
+@dataclass
+class SharedBuilds:
+    """What the trusted builder did for one candidate (buildspec.py, builder.py)."""
+
+    keys: list[str]  # of the candidate's literal builds
+    built: list[str]  # built now and promoted to the shared scope
+    present: list[str]  # already there
+    covers_all: bool  # every load_inline call of the candidate is in the shared scope now
+    seconds: float
+    failed: list[str] = field(default_factory=list)  # built now and failed (the error is kept)
+    timed_out: bool = False
+    confinement: Any = None  # the builder's, when it ran
+
+    @property
+    def stage(self) -> Stage:
+        return Stage(name="shared_build", seconds=round(self.seconds, 4), ok=not (self.failed or self.timed_out),
+                     detail=f"{len(self.present)} cached, {len(self.built)} built, {len(self.failed)} failed, "
+                            f"of {len(self.keys)}")
+
+
+def shared_builds(code: str, cfg: EvalConfig, job: dict[str, Any], run: SandboxRun) -> Optional[SharedBuilds]:
+    """Build the candidate's literal load_inline calls with the trusted builder, into the shared
+    scope of the build cache, unless they are there already. None when there is nothing to do
+    (no literal call, compile-only objects, a torch without version metadata)."""
+    if cfg.compile_only:
+        return None  # objects only: nothing a later evaluation could load
+    specs = buildspec.literal_builds(code)
+    if not specs.builds:
+        return None
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    started = time.monotonic()
+    env = sandbox_env(cfg)
+    arch = _gpu_arch(job["device"]) if job["device"].startswith("cuda") else env.get("TORCH_CUDA_ARCH_LIST", "")
+    root = str(builds_root(cfg))
+    keyed = {buildcache.build_key(b.arguments, arch, torch_version): b for b in specs.builds}
+    present = [k for k, b in keyed.items() if buildcache.lookup(root, buildcache.SHARED, k, b.name)[0] is not None]
+    present += [k for k in keyed if k not in present and buildcache.failure(root, k) is not None]
+    todo = {k: b for k, b in keyed.items() if k not in present}
+    built: list[str] = []
+    failed: list[str] = []
+    timed_out, confinement = False, None
+    if todo:
+        build_job = {"kind": "build", "arch": arch,
+                     "builds": [{"key": k, "arguments": b.arguments} for k, b in todo.items()]}
+        outcome = run(build_job, timeout=cfg.timeout, env=env, held=sandbox_hold(cfg))
+        timed_out, confinement = outcome.timed_out, outcome.confinement
+        try:
+            # only the keys computed here: whatever else the builder's scratch holds stays there
+            built = buildcache.promote(outcome.scratch, root, buildcache.SHARED, only=set(todo))
+            if not timed_out:  # a build cut short did not fail: the worker tries it itself
+                failed = buildcache.record_failures(outcome.scratch, root, set(todo) - set(built))
+        finally:
+            shutil.rmtree(outcome.scratch, ignore_errors=True)
+    usable = [k for k, b in keyed.items() if buildcache.lookup(root, buildcache.SHARED, k, b.name)[0] is not None]
+    return SharedBuilds(keys=list(keyed), built=built, present=present, failed=failed,
+                        covers_all=specs.complete and len(usable) == len(keyed),
+                        seconds=time.monotonic() - started, timed_out=timed_out, confinement=confinement)
+
+
+_arch_cache: dict[str, str] = {}
+
+
+def _gpu_arch(device: str) -> str:
+    """The arch a worker on `device` builds for (it sets TORCH_CUDA_ARCH_LIST to the capability)."""
+    if device not in _arch_cache:
+        from kernelwright.evaluate.pool import cuda_arch
+
+        _arch_cache[device] = cuda_arch(device)
+    return _arch_cache[device]
 
 
 _warned_unconfined = False

@@ -21,9 +21,7 @@ is imported and compared after every phase; any rebinding is a cheat.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
 import logging
 import os
 import threading
@@ -143,21 +141,38 @@ def _keyed_build(real: Callable[..., Any], signature: inspect.Signature, place: 
         bound = signature.bind(*args, **kwargs)
     except TypeError:
         return real(*args, **kwargs)  # let load_inline raise its own, genuine TypeError
-    material = {k: v for k, v in bound.arguments.items() if k not in ("build_directory", "verbose")}
-    material["arch"] = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
-    material["torch"] = torch.__version__
-    key = hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:24]
+    key = buildcache.build_key(dict(bound.arguments), os.environ.get("TORCH_CUDA_ARCH_LIST", ""), torch.__version__)
     name = str(bound.arguments.get("name"))
     python_module = bound.arguments.get("is_python_module", True)
     # a standalone build is an executable, not a library to load: always built here
     if place.cache_root and place.scope and not bound.arguments.get("is_standalone", False):
-        folder, record["cache"] = buildcache.lookup(place.cache_root, place.scope, key, name)
-        if folder is not None:
-            return cpp_extension._import_module_from_library(name, folder, python_module)
+        # the trusted builder's build of these exact arguments first, then this candidate's own
+        failed = buildcache.failure(place.cache_root, key)
+        if failed is not None:
+            # the trusted builder compiled exactly these arguments and failed: the same error
+            record["cache_scope"] = "shared (failed)"
+            raise _rebuilt_error(failed)
+        for scope in (buildcache.SHARED, place.scope):
+            folder, record["cache"] = buildcache.lookup(place.cache_root, scope, key, name)
+            if folder is not None:
+                record["cache_scope"] = "shared" if scope == buildcache.SHARED else "candidate"
+                return cpp_extension._import_module_from_library(name, folder, python_module)
     build_dir = os.path.join(place.scratch, "builds", key)
     os.makedirs(build_dir, exist_ok=True)
     bound.arguments["build_directory"] = build_dir
     return real(*bound.args, **bound.kwargs)
+
+
+def _rebuilt_error(text: str) -> Exception:
+    """The exception the trusted builder's load_inline raised, from its recorded text: its own
+    built-in type where it has one (torch raises RuntimeError for a failed build)."""
+    import builtins
+
+    name, _, message = text.partition(": ")
+    cls = getattr(builtins, name, None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        return cls(message)
+    return RuntimeError(text)
 
 
 def _install_triton(counter: CallCounter) -> None:

@@ -206,6 +206,10 @@ def explain(exc_type: str, message: str, log: str = "") -> tuple[Verdict, Option
 _DISK_FULL = re.compile(r"No space left on device|Disk quota exceeded|\[Errno (?:28|122)\]")
 
 
+def is_disk_full(text: str) -> bool:
+    return _DISK_FULL.search(text) is not None
+
+
 def infrastructure_problem(exc: BaseException, log: str = "") -> Optional[str]:
     """Why a failed build or import is the machine's fault (a full disk), or None."""
     import errno

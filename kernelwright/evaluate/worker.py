@@ -203,10 +203,10 @@ class Worker:
         threads_before, children_before = instrument.python_threads(), instrument.child_pids()
         self.counter = counter
 
+        self.fields["builds"] = counter.builds  # the list fills as builds run: on the record if one fails too
         with self.stage("compile"), self._candidate_code():
             cand = self._import_candidate(job["candidate_source"], counter)
         self.fields["compiled"] = True
-        self.fields["builds"] = counter.builds
         new_ops = instrument.dispatcher_ops() - ops_before
         self._check_tamper(guard)
 
@@ -582,6 +582,14 @@ def main() -> None:
     sys.stdin.close()
     # A worker started ahead of time was started elsewhere; the job's own folder is its cwd.
     os.chdir(job["workdir"])
+    if job.get("kind") == "build":  # the trusted builder's job: no candidate code in this process
+        from kernelwright.evaluate import builder
+
+        try:
+            builder.run(job)
+        finally:
+            _kill_descendants()
+            os._exit(0)
     ch = Channel(fd, job.pop("nonce"))
     _become_subreaper()
     worker = Worker(job, ch)

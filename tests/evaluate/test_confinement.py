@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.metadata
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from kernelwright.evaluate import buildcache, confine
+from kernelwright.evaluate.buildspec import literal_builds
 from kernelwright.evaluate.evaluator import ConfinementError, allowed_env, evaluate
 from kernelwright.records import Verdict
 from kernelwright.tasks import load_task
@@ -139,9 +141,15 @@ def watched(study, fast_cfg, monkeypatch, tmp_path):
             assert _processes_with(marker) == [], f"a process the candidate started ({marker}) outlived it"
         assert _tree_digest(study) == before_study, "a file of the study changed"
         after = _tree_digest(cache)
-        # the only change the cache may see: this candidate's own promoted builds
+        # the only changes the cache may see: this candidate's own promoted builds, and the
+        # trusted builder's builds under the keys the parent computed from the candidate's literal
+        # load_inline arguments (nothing else in the shared scope)
         scope = buildcache.scope_of(result.candidate_hash)
-        assert {k: v for k, v in after.items() if not k.startswith(f"builds/{scope}/")} == before_cache
+        keys = {buildcache.build_key(b.arguments, os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
+                                     importlib.metadata.version("torch"))
+                for b in literal_builds((HOSTILE / name).read_text()).builds}
+        own = (f"builds/{scope}/", *(f"builds/{buildcache.SHARED}/{k}" for k in keys))
+        assert {k: v for k, v in after.items() if not k.startswith(own)} == before_cache
         assert listener.accepted == 0, "the candidate reached a local TCP service"
         assert SECRET not in result.model_dump_json(), "a secret reached the record"
         assert result.confinement is not None and result.confinement.trusted
@@ -194,7 +202,8 @@ def test_cpp_hostile_is_contained(watched, name, expected, why):
 def test_a_compiler_hanging_in_its_own_session_dies_with_the_timeout(watched, mechanism):
     # the shell command in the flags hangs before the compiler starts: no build happens
     result = watched("cflags_sleep.py", mechanism, timeout=20.0)
-    assert result.verdict == Verdict.TIMEOUT and "compile" in result.error
+    # its load_inline arguments are literal: the trusted builder runs the hanging compile
+    assert result.verdict == Verdict.TIMEOUT and "'shared_build'" in result.error
 
 
 def test_without_a_cgroup_the_limits_are_rlimits_and_hold(watched, monkeypatch):
@@ -285,14 +294,34 @@ def test_promotion_takes_plain_libraries_only_and_lookup_refuses_a_changed_one(t
 
 @pytest.mark.build
 def test_a_poisoned_cache_entry_is_refused_and_rebuilt(fast_cfg, tmp_path):
+    """The candidate's own scope: a name the parent cannot read without running the candidate
+    keeps the build with the worker (evaluate/buildspec.py)."""
     task = load_task(str(TASKS / "bias_relu.py"))
-    text = (CANDIDATES / "cpu" / "correct_cpp.py").read_text()
+    text = (CANDIDATES / "cpu" / "correct_cpp.py").read_text().replace(
+        'name="kw_fixture_bias_relu"', 'name="kw_fixture_" + str("bias_relu")')
     cfg = fast_cfg(cache_dir=str(tmp_path), time=False)
     first = evaluate(task, text, cfg)
     assert first.verdict == Verdict.CORRECT and first.builds[0]["cache"] == "miss"
+    assert not any(s.name == "shared_build" for s in first.stages)
     (lib,) = (tmp_path / "builds" / buildcache.scope_of(first.candidate_hash)).glob("*/*.so")
     lib.write_bytes(lib.read_bytes() + b"\0")  # changed after promotion, by anything
     second = evaluate(task, text, cfg)
     assert second.verdict == Verdict.CORRECT and second.builds[0]["cache"] == "rejected"
     third = evaluate(task, text, cfg)
     assert third.verdict == Verdict.CORRECT and third.builds[0]["cache"] == "hit"
+
+
+def test_a_poisoned_shared_entry_is_refused_and_rebuilt_by_the_builder(fast_cfg, tmp_path):
+    task = load_task(str(TASKS / "bias_relu.py"))
+    text = (CANDIDATES / "cpu" / "correct_cpp.py").read_text()
+    cfg = fast_cfg(cache_dir=str(tmp_path), time=False)
+    first = evaluate(task, text, cfg)
+    assert first.verdict == Verdict.CORRECT and first.builds[0]["cache_scope"] == "shared"
+    (lib,) = (tmp_path / "builds" / buildcache.SHARED).glob("*/*.so")
+    good = lib.read_bytes()
+    lib.write_bytes(good + b"\0")  # changed after promotion, by anything
+    second = evaluate(task, text, cfg)
+    # refused by the parent's check, built again by the trusted builder, loaded by the worker
+    assert next(s for s in second.stages if s.name == "shared_build").detail.startswith("0 cached, 1 built")
+    assert second.verdict == Verdict.CORRECT and second.builds[0]["cache"] == "hit"
+    assert buildcache.sha256_file(str(lib)) == buildcache.sha256_file(str(next((tmp_path / "builds").glob("shared/*.json")).with_suffix("") / lib.name))

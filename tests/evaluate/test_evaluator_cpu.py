@@ -73,8 +73,9 @@ def test_correct_record_is_complete(bias_relu, fast_cfg):
     assert r.speedup is not None and r.runtime_ms > 0 and r.ref_runtime_ms > 0
     assert r.timing.calls == 20 and r.ref_timing.calls == 20
     assert r.tolerance.atol == 1e-4 and r.tolerance.rtol == 1e-4 and r.tolerance.dtype == "float32"
-    assert [s.name for s in r.stages] == ["setup", "load_reference", "compile", "init", "correctness", "timing", "recheck",
-                                         "work"]
+    # shared_build: the trusted builder (or the shared cache) served its literal load_inline call
+    assert [s.name for s in r.stages] == ["shared_build", "setup", "load_reference", "compile", "init", "correctness",
+                                         "timing", "recheck", "work"]
     assert 0.0 < r.custom_share <= 1.0 and r.copy_only_calls == []
     assert all(s.ok for s in r.stages)
 
@@ -186,14 +187,18 @@ class ModelNew(nn.Module):
 def test_a_candidate_built_once_is_loaded_from_the_cache(bias_relu, fast_cfg, build_cache):
     from kernelwright.evaluate.buildcache import scope_of
 
-    first = run(bias_relu, "correct_cpp.py", fast_cfg(time=False))
+    # a name read only by running the candidate (and no other test's): the worker builds it, into
+    # this candidate's scope
+    text = (CPU / "correct_cpp.py").read_text().replace('name="kw_fixture_bias_relu"',
+                                                        'name="kw_fixture_" + str("bias_relu_own")')
+    first = evaluate(bias_relu, text, fast_cfg(time=False))
     # the cache is shared by the whole test run: look in this candidate's scope only
-    libs = list((build_cache / "builds" / scope_of(first.candidate_hash)).glob("*/kw_fixture_bias_relu.so"))
+    libs = list((build_cache / "builds" / scope_of(first.candidate_hash)).glob("*/kw_fixture_bias_relu_own.so"))
     assert len(libs) == 1 and first.builds[0]["cache"] in ("miss", "hit")
     mtime = libs[0].stat().st_mtime_ns
-    again = run(bias_relu, "correct_cpp.py", fast_cfg(time=False))
+    again = evaluate(bias_relu, text, fast_cfg(time=False))
     assert again.verdict == Verdict.CORRECT and again.builds[0]["cache"] == "hit"
-    assert libs[0].stat().st_mtime_ns == mtime
+    assert again.builds[0]["cache_scope"] == "candidate" and libs[0].stat().st_mtime_ns == mtime
 
 
 @pytest.mark.build
