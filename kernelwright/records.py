@@ -38,6 +38,9 @@ class Verdict(str, enum.Enum):
     NO_CODE = "no_code"
     # Only in --compile-only mode, where nothing runs: the sources built (or compiled to objects).
     COMPILED = "compiled"
+    # Only in the search regime: a sample that passed the region pre-check but was not built,
+    # because a sample more answers agreed on was built first and verified (strategies/search.py).
+    NOT_BUILT = "not_built"
 
     @property
     def is_failure_to_build(self) -> bool:

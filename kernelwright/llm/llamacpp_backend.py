@@ -1,9 +1,12 @@
 """llama.cpp in-process through llama-cpp-python: a GGUF file on the CPU (or offloaded to a GPU).
 
-One context generates one sample at a time, so n samples are n calls. Before each call the
-context is reset and no prompt cache is attached: otherwise the KV state a previous call left
-behind changes the next answer and a seeded rerun is no longer byte-identical. The seed is set
-per call (seed + sample index).
+One context generates one sample at a time, so n samples are n calls. The n samples of one
+request share the prompt's evaluated prefix: llama-cpp-python keeps the KV state of the longest
+common token prefix, so samples 2..n evaluate only the prompt's last token, not the whole prompt
+again (a search regime draws many samples of one region). Each *request* starts from a reset
+context and no prompt cache is attached: otherwise the KV state an earlier request left behind
+changes the next answer and a seeded rerun is no longer byte-identical. The seed is set per
+sample (seed + sample index).
 """
 
 from __future__ import annotations
@@ -74,8 +77,9 @@ class LlamaCppBackend:
 
         return cls(target, **take_options(options, cls.SPEC_OPTIONS, "gguf"))
 
-    def _one(self, req: GenerationRequest, seed: int | None) -> Completion:
-        self._llm.reset()
+    def _one(self, req: GenerationRequest, seed: int | None, fresh: bool = True) -> Completion:
+        if fresh:
+            self._llm.reset()
         # Without a seed llama-cpp-python would derive one from the previous call's, the same
         # sequence in every process; LLAMA_DEFAULT_SEED makes llama.cpp draw a random one.
         seed = llama_cpp.LLAMA_DEFAULT_SEED if seed is None else seed % llama_cpp.LLAMA_DEFAULT_SEED
@@ -94,7 +98,7 @@ class LlamaCppBackend:
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
         with self._lock:
-            results = [[self._one(r, r.sample_seed(i)) for i in range(r.n)] for r in requests]
+            results = [[self._one(r, r.sample_seed(i), fresh=i == 0) for i in range(r.n)] for r in requests]
         check_counts(requests, results, f"llama.cpp {self.model}")
         return results
 

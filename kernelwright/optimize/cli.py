@@ -31,7 +31,8 @@ def optimize_cmd(
                                                                     "embedded 1.5B model."),
     device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: a GPU if one answers, else cpu)."),
     target: Optional[str] = typer.Option(None, help="cuda | triton | cpp (default: cuda on a GPU, cpp on the CPU)."),
-    regime: str = typer.Option("routed", "--regime", "-r", help="Interaction regime (see `kernelwright run`)."),
+    regime: Optional[str] = typer.Option(None, "--regime", "-r", help="Interaction regime (see `kernelwright run`); "
+                                         "default: search for the embedded models, routed for others."),
     out: Optional[Path] = _OUT,
     seed: int = typer.Option(0, help="Sampling seed of the first round."),
     max_tokens: int = typer.Option(1024, help="Decoding budget per generated program."),
@@ -59,6 +60,9 @@ def optimize_cmd(
     from kernelwright.strategies.config import check_runnable
 
     budget = Budget(budget_minutes)  # the clock starts with the command: checks count too
+    # A small model is productive sampling many regions against a fast exact check (search); a
+    # large one can use the multi-role regimes (routed), which spend minutes before a first kernel.
+    regime = regime or ("search" if is_embedded(model) else "routed")
     if budget_minutes <= 0:
         fail("--budget-minutes must be positive")
     try:

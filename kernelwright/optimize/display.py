@@ -68,6 +68,11 @@ class Display:
             self.step = f"turn {e['turn']}: generating {e['n']} candidate(s)"
         elif kind == "evaluate":
             self.step = f"turn {e['turn']}: candidate {e['sample'] + 1}/{e['n']}: compiling, checking, timing"
+        elif kind == "search":
+            checked = (f", {e['passed']} of {e['checked']} passed the pre-check" if e["checked"]
+                       else ", no pre-check")
+            self.say(f"turn {e['turn']}: {e['drawn']} sampled, {e['distinct']} distinct{checked}, "
+                     f"building {e['to_build']}")
         elif kind == "verdict":
             self.verdicts[e["verdict"]] += 1
             speed = f" speedup {e['speedup']:.3g}x" if e.get("speedup") is not None else ""

@@ -23,6 +23,7 @@ REGIMES: dict[str, str] = {
     "iterative": "kernelwright.strategies.iterative:run",
     "agentic": "kernelwright.strategies.agentic:run",
     "routed": "kernelwright.strategies.routed:run",
+    "search": "kernelwright.strategies.search:run",
 }
 
 __all__ = ["REGIMES", "RegimeConfig", "RegimeError", "parse_regime", "run_regime", "load_regime"]

@@ -20,6 +20,7 @@ MEANINGS = {
     Verdict.STATIC_VIOLATION: "it breaks a rule of the evaluator",
     Verdict.SYNTAX_ERROR: "it is not valid Python",
     Verdict.NO_CODE: "the answer held no python code block",
+    Verdict.NOT_BUILT: "it passed the pre-check but was not built (another sample was verified first)",
 }
 
 

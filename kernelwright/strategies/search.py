@@ -1,0 +1,264 @@
+"""search: many samples of one region against a fast exact check; build only what survives.
+
+Small models are weak at whole programs and decent at small checked pieces, and they improve most
+when they can try many times against an exact check. One turn:
+
+1. n answers for the region in one backend request (llama.cpp evaluates the prompt once for all n),
+   each spliced into the scaffold;
+2. duplicates dropped: regions equal after whitespace normalisation are one candidate;
+3. every distinct region pre-checked in milliseconds (scaffold/precheck.py: the region's math
+   alone, compiled without torch and run on probe values with edge cases, against PyTorch);
+4. the survivors built and evaluated best first — the region most samples agree on first, since
+   agreement among independent samples is evidence — until one is a correct custom kernel
+   (at most MAX_BUILDS builds a turn: a build costs 20-60 s, a pre-check milliseconds);
+5. when none is correct, the next turn shows the model a failing region with its concrete
+   counterexample or compiler error, in a short prompt, and samples again.
+
+Every sample becomes an Attempt: a pre-check failure gets the verdict the evaluator would give
+(wrong_output for a counterexample, compile_error / hallucinated_api for a compiler error) with
+one `precheck` stage and no build; a duplicate carries its twin's verdict; a pre-check pass left
+unbuilt because a correct kernel was already found is `not_built`. Each attempt's
+notes["search"] says which (drawn, distinct, pre-check result, built).
+
+Ablations, each part switched off on its own so a study shows what it buys: +no_precheck (build
+every distinct sample, in sampling order), +no_repair (every turn samples the base prompt again,
+with a new seed), +n=K. (Constrained decoding, and its +no_grammar ablation, is not built yet.)
+A task without a scaffold gets whole programs: n a turn, every one built (nothing to pre-check).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from kernelwright import prompts
+from kernelwright.llm.base import Completion
+from kernelwright.records import Attempt, EvalResult, Stage, Verdict
+from kernelwright.strategies import feedback, selection
+from kernelwright.strategies.base import RunContext
+
+log = logging.getLogger(__name__)
+
+DEFAULT_N = 8
+DEFAULT_TURNS = 4
+DEFAULT_TEMPERATURE = 0.7  # diverse enough that n samples are not n copies, low enough to stay on task
+MAX_BUILDS = 3  # builds a turn; the rest of the survivors wait for a later turn's evidence
+
+
+@dataclass
+class Sample:
+    """One drawn answer and what became of it."""
+
+    index: int
+    completion: Completion
+    code: Optional[str]
+    grounding: Any
+    extra: dict[str, Any]
+    region: str = ""
+    key: str = ""  # the region, whitespace-normalised: the duplicate key
+    twin: Optional[int] = None  # index of the first sample with the same key
+    votes: int = 1  # how many samples drew this region (on the first of them)
+    check: Any = None  # PrecheckResult, or None when not pre-checked
+    result: Optional[EvalResult] = None
+    built: bool = False
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def normalise(region: str) -> str:
+    """The duplicate key: comments and whitespace do not make a region different."""
+    text = re.sub(r"//[^\n]*|#[^\n]*", "", region)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def run(ctx: RunContext) -> None:
+    c = ctx.config
+    n = c.n or DEFAULT_N
+    turns = c.turns or DEFAULT_TURNS
+    temperature = DEFAULT_TEMPERATURE if c.temperature is None else c.temperature
+    base = prompts.render("task", **ctx.task_vars())
+    user = base
+    tried: set[str] = set()  # regions already built or refuted in an earlier turn
+    for turn in range(turns):
+        samples = _draw(ctx, user, turn, n, temperature)
+        _dedupe(samples, tried)
+        _precheck(ctx, samples)
+        ctx.progress(_summary(samples, turn))
+        _build(ctx, samples, turn)
+        batch = _record(ctx, user, samples, turn)
+        if any(selection.tier(a.eval) >= 3 for a in batch):
+            break  # a verified custom kernel: the next step is speed, not another sample of the math
+        if c.has("no_repair"):
+            user = base
+            continue
+        user = _repair_prompt(ctx, samples, batch) or base
+
+
+# -- one turn ------------------------------------------------------------------------------------
+
+def _draw(ctx: RunContext, user: str, turn: int, n: int, temperature: float) -> list[Sample]:
+    request = ctx._request(ctx.messages(user), n, temperature, ctx.config.max_tokens,
+                           ctx.config.seed + 1000 * turn)
+    ctx.progress({"event": "generate", "turn": turn, "n": n})
+    started = time.monotonic()
+    completions = ctx._generate(request)
+    per_sample = (time.monotonic() - started) / max(1, len(completions))
+    samples = []
+    for i, comp in enumerate(completions):
+        code, grounding, extra = ctx._prepare(comp)
+        region = extra.get("scaffold", {}).get("region", "") if ctx.scaffold() is not None else (code or "")
+        s = Sample(index=i, completion=comp, code=code, grounding=grounding, extra=extra, region=region)
+        s.notes["gen_s"] = per_sample
+        samples.append(s)
+    return samples
+
+
+def _dedupe(samples: list[Sample], tried: set[str]) -> None:
+    first: dict[str, Sample] = {}
+    for s in samples:
+        s.key = normalise(s.region)
+        if s.key in first:
+            s.twin = first[s.key].index
+            first[s.key].votes += 1
+        else:
+            first[s.key] = s
+    for s in samples:
+        if s.twin is None and s.key in tried:
+            s.notes["seen_before"] = True
+    tried.update(first)
+
+
+def _distinct(samples: list[Sample]) -> list[Sample]:
+    return [s for s in samples if s.twin is None and s.code is not None]
+
+
+def _precheck(ctx: RunContext, samples: list[Sample]) -> None:
+    sc = ctx.scaffold()
+    if sc is None or ctx.config.has("no_precheck"):
+        return
+    from kernelwright.evaluate.evaluator import resolve_size
+    from kernelwright.scaffold import plan_task
+    from kernelwright.scaffold.precheck import precheck_many
+
+    todo = [s for s in _distinct(samples) if s.region.strip()]
+    if not todo:
+        return
+    # the plan the scaffold was written from (cached): it carries the probes and PyTorch's values
+    plan = plan_task(ctx.task, resolve_size(ctx.eval_config.device, ctx.eval_config.size),
+                     device=ctx.eval_config.device)
+    for s, check in zip(todo, precheck_many(plan, sc.target, [s.region for s in todo])):
+        s.check = check
+
+
+def _refuted(check: Any) -> bool:
+    """The pre-check found the region wrong (not merely unable to judge it)."""
+    return check is not None and not check.passed and check.status != "unsupported"
+
+
+def _precheck_verdict(check: Any) -> Verdict:
+    """The verdict the evaluator gives what the pre-check found: the pre-check must agree with it
+    (a disagreement is a pre-check bug, measured by benchmarks/precheck_confusion.py)."""
+    if check.status == "counterexample":
+        return Verdict.WRONG_OUTPUT
+    if check.status == "compile_error":
+        from kernelwright.evaluate.taxonomy import explain
+
+        return explain("BuildFailed", check.error)[0]
+    return Verdict.RUNTIME_ERROR
+
+
+def _order(samples: list[Sample]) -> list[Sample]:
+    """What to build, best first: pre-check passes (or, unchecked, every distinct sample), the
+    region more samples agree on first, then sampling order. Regions refuted or built in an
+    earlier turn are not built again."""
+    keep = [s for s in _distinct(samples) if not s.notes.get("seen_before")
+            and not _refuted(s.check)]
+    return sorted(keep, key=lambda s: (-s.votes, s.index))
+
+
+def _build(ctx: RunContext, samples: list[Sample], turn: int) -> None:
+    from dataclasses import replace
+
+    from kernelwright.evaluate import evaluate
+
+    built = 0
+    for s in _order(samples):
+        if built >= MAX_BUILDS or any(x.result is not None and selection.tier(x.result) >= 3 for x in samples):
+            break
+        code = s.grounding.code if s.grounding is not None else s.code
+        ctx.progress({"event": "evaluate", "turn": turn, "sample": s.index, "n": len(samples)})
+        s.result = evaluate(ctx.task, code, replace(ctx.eval_config))
+        s.built = True
+        built += 1
+
+
+def _unbuilt_result(ctx: RunContext, s: Sample, samples: list[Sample]) -> EvalResult:
+    """The verdict of a sample that was not built: its twin's, the pre-check's, or not_built."""
+    task_id = ctx.task.id
+    if s.code is None:
+        return EvalResult(verdict=Verdict.NO_CODE, error="no code in the answer", task_id=task_id,
+                          stages=[Stage(name="extract", seconds=0.0, ok=False)])
+    if s.twin is not None:
+        twin = samples[s.twin]
+        return twin.result if twin.result is not None else _unbuilt_result(ctx, twin, samples)
+    check = s.check
+    if _refuted(check):
+        stage = Stage(name="precheck", seconds=round(check.seconds, 4), ok=False, detail=check.status.value)
+        return EvalResult(verdict=_precheck_verdict(check), error=check.render(), task_id=task_id, stages=[stage])
+    why = ("refuted or built in an earlier turn" if s.notes.get("seen_before")
+           else "a better-agreed sample was built first")
+    stages = [Stage(name="precheck", seconds=round(check.seconds, 4), ok=True)] if check is not None else []
+    return EvalResult(verdict=Verdict.NOT_BUILT, error=f"not built: {why}", task_id=task_id, stages=stages)
+
+
+def _record(ctx: RunContext, user: str, samples: list[Sample], turn: int) -> list[Attempt]:
+    messages = ctx.messages(user)
+    out = []
+    for s in samples:
+        result = s.result if s.result is not None else _unbuilt_result(ctx, s, samples)
+        note = {"drawn": len(samples), "votes": samples[s.twin].votes if s.twin is not None else s.votes,
+                "duplicate_of": s.twin, "built": s.built,
+                "precheck": s.check.model_dump(mode="json") if s.check is not None else None}
+        if s.notes.get("seen_before"):
+            note["seen_before"] = True
+        attempt = ctx._attempt(messages, s.completion, s.code, s.grounding, result, turn, s.index,
+                               s.notes["gen_s"], {**s.extra, "search": note})
+        ctx.attempts.append(attempt)
+        ctx.sink(attempt)
+        if s.built:  # the rest are in the turn's summary line
+            ctx.progress({"event": "verdict", "turn": turn, "sample": s.index, "n": len(samples),
+                          "verdict": result.verdict.value, "speedup": result.speedup, "custom": result.custom_kernel})
+        out.append(attempt)
+    return out
+
+
+def _summary(samples: list[Sample], turn: int) -> dict[str, Any]:
+    distinct = _distinct(samples)
+    checked = [s for s in distinct if s.check is not None]
+    return {"event": "search", "turn": turn, "drawn": len(samples), "distinct": len(distinct),
+            "checked": len(checked), "passed": sum(1 for s in checked if s.check.passed),
+            "to_build": min(MAX_BUILDS, len(_order(samples)))}
+
+
+# -- counterexample repair -----------------------------------------------------------------------
+
+def _repair_prompt(ctx: RunContext, samples: list[Sample], batch: list[Attempt]) -> Optional[str]:
+    """A short prompt: the lines to compute, the failing region most samples agreed on, and what
+    is wrong with it (the pre-check's counterexample or compiler error, else the evaluator's
+    distilled report). None when there is nothing to show (no code in any answer)."""
+    failing = [s for s in _distinct(samples) if s.region.strip()]
+    if not failing:
+        return None
+    s = sorted(failing, key=lambda x: (not x.built, -x.votes, x.index))[0] if any(x.built for x in failing) \
+        else sorted(failing, key=lambda x: (-x.votes, x.index))[0]
+    attempt = batch[s.index]
+    if _refuted(s.check):
+        problem = s.check.render()
+    else:
+        problem = feedback.report(attempt)
+    sc = ctx.scaffold()
+    if sc is None:
+        return prompts.render("iterate", **ctx.task_vars(), best_code=s.region, report=problem)
+    return prompts.render("search_repair", **ctx.task_vars(), region=s.region.strip(), problem=problem.strip())

@@ -1,0 +1,73 @@
+"""The search regime's bookkeeping (strategies/search.py): duplicates, the build order, and the
+verdict every sample gets whether or not it was built. Real pre-check records, no model, no build.
+The regime end to end (replayed model answers, real pre-check, real builds) is in test_regimes.py."""
+
+from __future__ import annotations
+
+from kernelwright.llm.base import Completion
+from kernelwright.records import Verdict
+from kernelwright.scaffold.precheck import Counterexample, PrecheckResult, PrecheckStatus
+from kernelwright.strategies import parse_regime
+from kernelwright.strategies import search as S
+
+
+def sample(i: int, region: str, check: PrecheckResult | None = None) -> S.Sample:
+    comp = Completion(text=f"```cpp\n{region}\n```", finish_reason="stop", prompt_tokens=10, completion_tokens=5,
+                      latency_s=0.1)
+    s = S.Sample(index=i, completion=comp, code=f"program with {region}", grounding=None, extra={}, region=region)
+    s.check = check
+    s.notes["gen_s"] = 0.1
+    return s
+
+
+PASS = PrecheckResult(status=PrecheckStatus.PASS, target="cpp", probes=64)
+WRONG = PrecheckResult(status=PrecheckStatus.COUNTEREXAMPLE, target="cpp", probes=64, counterexample=Counterexample(
+    index=3, label="edge", inputs={"x": -1.0}, expected=0.0, got=-1.0, atol=1e-4, rtol=1e-4))
+BROKEN = PrecheckResult(status=PrecheckStatus.COMPILE_ERROR, target="cpp",
+                        error="region.cpp:3:9: error: 'scale' was not declared in this scope")
+UNSURE = PrecheckResult(status=PrecheckStatus.UNSUPPORTED, target="cpp", error="no probes")
+
+
+def test_the_regime_and_its_ablations_parse():
+    c = parse_regime("search+no_precheck+no_repair+n=16", target="cpp")
+    assert c.name == "search" and c.has("no_precheck") and c.has("no_repair") and c.n == 16
+    assert c.spec == "search+no_precheck+no_repair+n=16"
+
+
+def test_regions_equal_up_to_whitespace_and_comments_are_one_candidate():
+    assert S.normalise("y = x * 2.0f; // double it\n") == S.normalise("y  =  x * 2.0f;") == "y = x * 2.0f;"
+    samples = [sample(0, "y = x;"), sample(1, "y = fmaxf(x, 0.f);"), sample(2, "y =  fmaxf(x, 0.f); // relu"),
+               sample(3, "y = fmaxf(x,0.f);")]
+    tried: set[str] = {S.normalise("y = x;")}
+    S._dedupe(samples, tried)
+    assert [s.twin for s in samples] == [None, None, 1, None]  # spacing inside a call is a different text
+    assert samples[1].votes == 2 and samples[0].notes.get("seen_before")
+    assert S.normalise("y = fmaxf(x,0.f);") in tried
+
+
+def test_build_order_skips_refuted_and_ranks_agreement_first():
+    samples = [sample(0, "a", WRONG), sample(1, "b", PASS), sample(2, "c", UNSURE), sample(3, "d", BROKEN),
+               sample(4, "c", None)]
+    S._dedupe(samples, set())
+    order = S._order(samples)
+    # refuted ones (a counterexample, a compile error) are never built; the region two samples
+    # drew comes first; a region the pre-check could not judge is still built
+    assert [s.index for s in order] == [2, 1]
+
+
+def test_every_sample_gets_a_verdict_built_or_not(monkeypatch):
+    class Ctx:
+        class task:
+            id = "t"
+
+    samples = [sample(0, "a", WRONG), sample(1, "b", BROKEN), sample(2, "c", PASS), sample(3, "c")]
+    S._dedupe(samples, set())
+    wrong = S._unbuilt_result(Ctx, samples[0], samples)
+    assert wrong.verdict == Verdict.WRONG_OUTPUT and "PyTorch gives 0" in wrong.error
+    assert [st.name for st in wrong.stages] == ["precheck"] and not wrong.stages[0].ok
+    broken = S._unbuilt_result(Ctx, samples[1], samples)
+    # an undeclared variable is a compile error to the evaluator too (taxonomy.py decides both)
+    assert broken.verdict == Verdict.COMPILE_ERROR and "'scale' was not declared" in broken.error
+    waiting = S._unbuilt_result(Ctx, samples[2], samples)
+    assert waiting.verdict == Verdict.NOT_BUILT and waiting.stages[0].ok
+    assert S._unbuilt_result(Ctx, samples[3], samples) == waiting  # a duplicate carries its twin's
