@@ -4,6 +4,10 @@ The regime end to end (replayed model answers, real pre-check, real builds) is i
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from kernelwright.llm.base import Completion
 from kernelwright.records import Verdict
 from kernelwright.scaffold.precheck import Counterexample, PrecheckResult, PrecheckStatus
@@ -71,3 +75,39 @@ def test_every_sample_gets_a_verdict_built_or_not(monkeypatch):
     waiting = S._unbuilt_result(Ctx, samples[2], samples)
     assert waiting.verdict == Verdict.NOT_BUILT and waiting.stages[0].ok
     assert S._unbuilt_result(Ctx, samples[3], samples) == waiting  # a duplicate carries its twin's
+
+
+# -- end to end on real answers ------------------------------------------------------------------
+
+TRANSCRIPT = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts" / "search_scaffold.jsonl"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gemm_bias_gelu.py"
+
+
+@pytest.mark.build
+def test_search_on_real_answers_builds_only_what_the_precheck_passed(build_cache):
+    """The embedded model's eight real answers for examples/gemm_bias_gelu.py (recorded from an
+    `optimize` run on the 2-core CPU, replayed here), through the real pre-check and evaluator:
+    six refuted in milliseconds (five counterexamples, one compiler error), one duplicate, and the
+    one region that passed is the one built, and it is correct."""
+    from kernelwright.evaluate import EvalConfig
+    from kernelwright.llm import make_backend
+    from kernelwright.optimize.inputs import load_input
+    from kernelwright.strategies import run_regime, selection
+
+    task = load_input(str(EXAMPLE))
+    config = parse_regime("search", target="cpp", seed=0, max_tokens=1024, scaffold=True)
+    logged = []
+    cell = run_regime(task, make_backend(f"replay:{TRANSCRIPT}"), config,
+                      EvalConfig(device="cpu", trials=3, time=False, timeout=300.0, cache_dir=str(build_cache)),
+                      sink=logged.append)
+    verdicts = [a.eval.verdict.value for a in logged]
+    assert verdicts == ["wrong_output", "correct", "wrong_output", "wrong_output", "compile_error", "wrong_output",
+                        "wrong_output", "wrong_output"]
+    built = [a.sample for a in logged if a.notes["search"]["built"]]
+    assert built == [1] and logged[1].eval.custom_kernel
+    assert logged[7].notes["search"]["duplicate_of"] == 6 and logged[6].notes["search"]["votes"] == 2
+    # every unbuilt verdict came from the pre-check alone: one stage, no compile
+    assert all([s.name for s in a.eval.stages] == ["precheck"] for a in logged if not a.notes["search"]["built"]
+               and a.notes["search"]["duplicate_of"] is None)
+    assert "PyTorch gives" in logged[0].eval.error
+    assert cell.selected == logged[1].id == selection.select(logged).id and cell.turns == 1
