@@ -311,8 +311,8 @@ def sandbox_env(cfg: EvalConfig) -> dict[str, str]:
     return _environment(cfg, cfg.device)
 
 
-def sandbox_hold(cfg: EvalConfig) -> sandbox.Confine:
-    """How a worker for `cfg` is confined: its limits and what it may read under /tmp."""
+def sandbox_hold(cfg: EvalConfig, prebuild: bool = False) -> sandbox.Confine:
+    """How a worker for `cfg` is confined: its limits, what it may read under /tmp, what it runs."""
     root = builds_root(cfg)
     root.mkdir(parents=True, exist_ok=True)  # bound read-only into the sandbox: it must exist
     # the device's lock file too: timing must exclude other processes' work on the device, and a
@@ -320,9 +320,12 @@ def sandbox_hold(cfg: EvalConfig) -> sandbox.Confine:
     locks = device_lock.prepare(cfg.device)
     visible = {str(root.resolve()), str(locks), _PKG_ROOT, sys.prefix, sys.base_prefix,
                *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)}
+    # the CPU's evaluations are split (judge.py + runner.py); a GPU's still run in one process (worker.py)
+    entry = "kernelwright.evaluate.judge" if cfg.device == "cpu" else "kernelwright.evaluate.worker"
     return sandbox.Confine(limits=confine.Limits.for_run(cfg.timeout),
                            visible=tuple(sorted(os.path.realpath(p) for p in visible)),
-                           env_scrubbed=True, required=not cfg.unconfined)
+                           env_scrubbed=True, required=not cfg.unconfined, entry=entry,
+                           timed=cfg.time and not cfg.compile_only and not prebuild)
 
 
 def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig, run: SandboxRun,
@@ -331,7 +334,7 @@ def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig, run:
     if cfg.unconfined:
         _warn_unconfined()
     try:
-        outcome = run(job, timeout=cfg.timeout, env=sandbox_env(cfg), held=sandbox_hold(cfg))
+        outcome = run(job, timeout=cfg.timeout, env=sandbox_env(cfg), held=sandbox_hold(cfg, prebuild))
     except confine.ConfinementUnavailable as e:
         raise ConfinementError(str(e)) from None
     try:
