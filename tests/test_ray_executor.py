@@ -66,8 +66,8 @@ def _sandbox_running_with(marker: str) -> bool:
         try:
             cmd = (proc / "cmdline").read_bytes()
             # a confined worker's wrapper (bwrap / unshare) names the cache folder it binds read-only
-            if b"kernelwright.evaluate.worker" in cmd and (marker.encode() in cmd
-                                                         or marker.encode() in (proc / "environ").read_bytes()):
+            evaluating = b"kernelwright.evaluate.judge" in cmd or b"kernelwright.evaluate.worker" in cmd
+            if evaluating and (marker.encode() in cmd or marker.encode() in (proc / "environ").read_bytes()):
                 return True
         except OSError:
             continue

@@ -89,6 +89,24 @@ def compare(ref: Any, cand: Any, tol: Tolerance, trial: int) -> Comparison:
     return Comparison(True, "match", "", worst)
 
 
+def trial_verdict(result: Comparison, ref: Any, cand: Any,
+                  previous: list[tuple[Any, Any]]) -> Optional[tuple[str, str, dict[str, Any]]]:
+    """What a correctness trial ends with: None when it passed, else (verdict, message, record fields).
+    `previous` holds the earlier trials' (reference, candidate) outputs: the same candidate output for
+    different reference outputs is a cached result."""
+    if result.kind == "subclass":
+        return "cheat", result.message, {"cheat_reasons": ["output is a tensor subclass"]}
+    for prev_r, prev_c in previous:
+        if identical(prev_c, cand) and not identical(prev_r, ref):
+            return ("cheat", "the candidate returned the same output for different inputs",
+                    {"cheat_reasons": ["output reused across calls (cached result)"]})
+    if result.kind == "shape":
+        return "shape_mismatch", result.message, {}
+    if not result.ok:
+        return "wrong_output", result.message, {"mismatch": result.mismatch.model_dump() if result.mismatch else None}
+    return None
+
+
 def _tensor_mismatch(r: torch.Tensor, c: torch.Tensor, tol: Tolerance, trial: int) -> Optional[Mismatch]:
     if not r.is_floating_point() and not r.is_complex():
         if _equal(r, c):

@@ -313,8 +313,8 @@ def sandbox_env(cfg: EvalConfig) -> dict[str, str]:
     return _environment(cfg, cfg.device)
 
 
-def sandbox_hold(cfg: EvalConfig) -> sandbox.Confine:
-    """How a worker for `cfg` is confined: its limits and what it may read under /tmp."""
+def sandbox_hold(cfg: EvalConfig, prebuild: bool = False) -> sandbox.Confine:
+    """How a worker for `cfg` is confined: its limits, what it may read under /tmp, what it runs."""
     root = builds_root(cfg)
     root.mkdir(parents=True, exist_ok=True)  # bound read-only into the sandbox: it must exist
     # the device's lock file too: timing must exclude other processes' work on the device, and a
@@ -322,9 +322,12 @@ def sandbox_hold(cfg: EvalConfig) -> sandbox.Confine:
     locks = device_lock.prepare(cfg.device)
     visible = {str(root.resolve()), str(locks), _PKG_ROOT, sys.prefix, sys.base_prefix,
                *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)}
+    # the CPU's evaluations are split (judge.py + runner.py); a GPU's still run in one process (worker.py)
+    entry = "kernelwright.evaluate.judge" if cfg.device == "cpu" else "kernelwright.evaluate.worker"
     return sandbox.Confine(limits=confine.Limits.for_run(cfg.timeout),
                            visible=tuple(sorted(os.path.realpath(p) for p in visible)),
-                           env_scrubbed=True, required=not cfg.unconfined)
+                           env_scrubbed=True, required=not cfg.unconfined, entry=entry,
+                           timed=cfg.time and not cfg.compile_only and not prebuild)
 
 
 def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig, run: SandboxRun,
@@ -343,7 +346,7 @@ def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig, run:
             # every build of the candidate is in the shared scope: nothing left for a prebuild
             return EvalResult(verdict=Verdict.COMPILED, task_id=task.id, candidate_hash=code_hash,
                               device=cfg.device, compile_only=True, compiled=True, stages=[shared.stage])
-        outcome = run(job, timeout=cfg.timeout, env=sandbox_env(cfg), held=sandbox_hold(cfg))
+        outcome = run(job, timeout=cfg.timeout, env=sandbox_env(cfg), held=sandbox_hold(cfg, prebuild))
     except confine.ConfinementUnavailable as e:
         raise ConfinementError(str(e)) from None
     try:
@@ -406,7 +409,7 @@ def shared_builds(code: str, cfg: EvalConfig, job: dict[str, Any], run: SandboxR
     if todo:
         build_job = {"kind": "build", "arch": arch,
                      "builds": [{"key": k, "arguments": b.arguments} for k, b in todo.items()]}
-        outcome = run(build_job, timeout=cfg.timeout, env=env, held=sandbox_hold(cfg))
+        outcome = run(build_job, timeout=cfg.timeout, env=env, held=sandbox_hold(cfg, prebuild=True))
         timed_out, confinement = outcome.timed_out, outcome.confinement
         try:
             # only the keys computed here: whatever else the builder's scratch holds stays there

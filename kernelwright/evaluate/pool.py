@@ -163,6 +163,8 @@ def needs_recycle(outcome: sandbox.SandboxOutcome) -> bool:
     if outcome.timed_out or outcome.final is None:
         return True
     final = outcome.final
+    if final.get("verdict") == "crash":  # the judge outlived the candidate's process and said so
+        return True
     text = f"{final.get('error') or ''}"
     return final.get("verdict") == "runtime_error" and any(m in text for m in CUDA_ERROR_MARKS)
 

@@ -232,31 +232,69 @@ def time_pair(candidate: Callable[..., Any], reference: Callable[..., Any], draw
                 if i >= cfg.warmup:
                     samples_c.append(ms_c)
                     samples_r.append(ms_r)
-                which = f"timed call {i - cfg.warmup + 1}" if i >= cfg.warmup else f"warm-up call {i + 1}"
-                if not identical(cand_in, ref_in):
-                    raise TimedCallRejected(
-                        "modified its inputs in place during timing",
-                        f"the candidate resized or rewrote its inputs in place ({which}); the reference's "
-                        "inputs after its call differ")
-                problem = check(out_r, out_c)
-                if problem:
-                    raise TimedCallRejected(
-                        "wrong output on timed calls",
-                        f"correct in the trials, wrong in the timing loop ({which}): {problem}")
+                _check_call(i, cfg, identical(cand_in, ref_in), check(out_r, out_c))
                 floor_bytes = _tensor_bytes(ref_in) + _tensor_bytes(out_r)
                 del out_c, out_r, ref_in
         finally:
             torch.set_num_threads(saved_threads)
     del held
+    return _pair_timing(samples_c, samples_r, clock.name, cfg, threads, before, floor_bytes, bandwidth)
+
+
+def _check_call(i: int, cfg: TimingConfig, inputs_unchanged: bool, problem: Optional[str]) -> None:
+    """Raise TimedCallRejected when call `i`'s inputs changed or its output was wrong."""
+    which = f"timed call {i - cfg.warmup + 1}" if i >= cfg.warmup else f"warm-up call {i + 1}"
+    if not inputs_unchanged:
+        raise TimedCallRejected(
+            "modified its inputs in place during timing",
+            f"the candidate resized or rewrote its inputs in place ({which}); the reference's "
+            "inputs after its call differ")
+    if problem:
+        raise TimedCallRejected(
+            "wrong output on timed calls",
+            f"correct in the trials, wrong in the timing loop ({which}): {problem}")
+
+
+def _pair_timing(samples_c: list[float], samples_r: list[float], clock: str, cfg: TimingConfig,
+                 threads: Optional[int], before: MachineLoad, floor_bytes: int,
+                 bandwidth: Optional[float]) -> PairTiming:
     after = machine_load()
     floor = floor_bytes / bandwidth * 1e3 if bandwidth else None
     conditions = dict(checked_calls=cfg.warmup + cfg.iters, threads=threads, load_before=before.load,
                       load_after=after.load, runnable_before=before.others_runnable,
                       runnable_after=after.others_runnable, floor_ms=floor)
-    protocol = (f"{clock.name}, candidate and reference alternating, {cfg.warmup} warm-up, {cfg.iters} timed "
+    protocol = (f"{clock}, candidate and reference alternating, {cfg.warmup} warm-up, {cfg.iters} timed "
                 f"calls, {'cache flushed per call' if cfg.flush_cache else 'no cache flush'}, fresh inputs "
                 f"per call, every output checked" + (f", {threads} thread(s)" if threads else ""))
     return PairTiming(_stats(samples_c, protocol, **conditions), _stats(samples_r, protocol, **conditions))
+
+
+def pair_fields(pair: PairTiming, cuda: bool) -> dict[str, Any]:
+    """The record's fields for a candidate timed against the reference (timing, runtime_ms, speedup,
+    faster, flags). Raises TimedCallRejected when the candidate's median is below the physical floor:
+    every output was right and yet no memory system moves those bytes that fast, so the work
+    happened outside the interval (a thread or stream the checks missed)."""
+    from kernelwright.evaluate.timing_policy import (
+        CPU_FLOOR_MARGIN,
+        CPU_MIN_FLOOR_MS,
+        GPU_FLOOR_MARGIN,
+        GPU_MIN_FLOOR_MS,
+    )
+
+    cand, ref = pair.candidate, pair.reference
+    margin = GPU_FLOOR_MARGIN if cuda else CPU_FLOOR_MARGIN
+    if below_floor(cand, ref, margin, GPU_MIN_FLOOR_MS if cuda else CPU_MIN_FLOOR_MS):
+        raise TimedCallRejected(
+            "time below the physical floor",
+            f"median {cand.median_ms:.4g} ms is below {margin:g}x the physical floor of a call "
+            f"({cand.floor_ms:.4g} ms: its input and output bytes over the memory bandwidth)")
+    speedup = ref.median_ms / cand.median_ms if cand.median_ms > 0 else None
+    fields: dict[str, Any] = {
+        "timing": cand.model_dump(), "ref_timing": ref.model_dump(), "runtime_ms": cand.median_ms,
+        "ref_runtime_ms": ref.median_ms, "speedup": speedup,
+        "faster": bool(speedup and speedup > 1 and faster_beyond_noise(cand, ref)),
+        "flags": ["speedup_above_10x: review before trusting"] if speedup and speedup > 10 else []}
+    return fields
 
 
 def below_floor(cand: TimingStats, ref: TimingStats, margin: float = 0.5, min_floor_ms: float = 0.0) -> bool:
@@ -267,3 +305,62 @@ def below_floor(cand: TimingStats, ref: TimingStats, margin: float = 0.5, min_fl
     if floor is None or floor < min_floor_ms or ref.median_ms < floor:
         return False
     return cand.median_ms < margin * floor
+
+
+# --- the candidate against the reference, each in its own runner process (judge.py) -------------
+
+def time_served_pair(candidate: Any, reference: Any, draw: Callable[[], list[Any]],
+                     check: Callable[[Any, Any], Optional[str]], device: torch.device, cfg: TimingConfig,
+                     bandwidth: Optional[float] = None, threads: Optional[int] = None) -> PairTiming:
+    """time_pair's protocol for models served by runner processes (remote.Served): the judge's
+    clock, the judge's cache flush, the judge's draws and checks; the runners only compute.
+
+    Per call, outside the interval: draw (shared by both), stage (room in each runner's arena,
+    output buffers pre-filled with NaN), flush. Inside: write the inputs into the arena, request,
+    reply, copy the outputs out. So a call's inputs are nowhere the runner can read before the
+    clock starts, and every output byte checked was in place before it stopped. Both runners pay
+    the same copies and round trip, which dilutes a speedup towards 1, never away from it.
+    """
+    from kernelwright.evaluate.compare import identical
+
+    cuda = device.type == "cuda"
+    flush = _Flusher(device, cfg.flush_cache)
+    before = machine_load()
+    threads = (threads or free_cpu_threads(before)) if not cuda else None
+    samples_c: list[float] = []
+    samples_r: list[float] = []
+    floor_bytes = 0
+
+    def timed(served: Any, staged: Any) -> tuple[Any, float]:
+        flush()
+        if cuda:
+            _synchronize()
+        t0 = _perf_counter()
+        out = served.run(staged)
+        if cuda:
+            _synchronize()  # the judge's copies of the outputs are done
+        return out, (_perf_counter() - t0) * 1e3
+
+    with DeviceLock(str(device)), torch.no_grad():
+        if threads is not None:
+            candidate.threads(threads)
+            reference.threads(threads)
+        try:
+            for i in range(cfg.warmup + cfg.iters):
+                inputs = draw()
+                staged_c, staged_r = candidate.stage(inputs), reference.stage(inputs)
+                out_c, ms_c = timed(candidate, staged_c)
+                out_r, ms_r = timed(reference, staged_r)
+                if i >= cfg.warmup:
+                    samples_c.append(ms_c)
+                    samples_r.append(ms_r)
+                same = identical(candidate.inputs_after(staged_c), reference.inputs_after(staged_r))
+                _check_call(i, cfg, same, check(out_r, out_c))
+                floor_bytes = _tensor_bytes(inputs) + _tensor_bytes(out_r)
+        finally:
+            if threads is not None:
+                candidate.threads(None)
+                reference.threads(None)
+    clock = (f"{'wall-clock+device-sync' if cuda else 'wall-clock'} in the judge around each runner's request "
+             "and reply (inputs copied in, outputs copied out)")
+    return _pair_timing(samples_c, samples_r, clock, cfg, threads, before, floor_bytes, bandwidth)

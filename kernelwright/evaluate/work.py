@@ -60,6 +60,22 @@ def load_reference(source: str) -> tuple[types.ModuleType, str]:
     return module, filename
 
 
+def build_reference(source: str, seed: int, device: Any) -> tuple[types.ModuleType, str, list[Any], Any]:
+    """The task's module (`load_reference`), the file name its code carries, its init inputs and its
+    `Model` on `device`, each drawn and built under `seed` as the candidate's will be."""
+    import copy
+
+    from kernelwright.evaluate.draw import seed_all
+
+    module, filename = load_reference(source)
+    seed_all(seed)
+    init_inputs = module.get_init_inputs()
+    seed_all(seed)
+    with torch.no_grad():
+        model = module.Model(*copy.deepcopy(init_inputs)).to(device)
+    return module, filename, init_inputs, model
+
+
 class ReferenceWatch:
     """While armed, records every Python call into code compiled from the reference's source."""
 

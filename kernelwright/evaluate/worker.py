@@ -1,4 +1,8 @@
-"""What runs inside the sandbox's child process: build, check, prove and time one candidate.
+"""The GPU path: build, check, prove and time one candidate, all in the sandbox's one child process.
+
+On the CPU the judge (judge.py) does this from a process that never imports the candidate; on a GPU
+the candidate still shares this process with the checks (docs/evaluator.md says what that leaves
+open) until the split is built there.
 
 Protocol: argv[1] is the result pipe's fd; the job arrives as JSON on stdin with a nonce that
 every message back must carry (see sandbox.py). Messages: `stage_start`, `stage` (name, seconds,
@@ -25,15 +29,10 @@ while candidate code runs (outside the timing loop) any call into the reference'
 from __future__ import annotations
 
 import copy
-import ctypes
-import importlib.util
 import json
 import os
 import secrets
 import sys
-import time
-import traceback
-import types
 from contextlib import contextmanager
 from typing import Any, Iterator, Optional
 
@@ -46,32 +45,9 @@ except Exception:  # pragma: no cover - not fatal
     pass
 
 
-# Below these floors (ms) call overheads dominate, and the bandwidth floor says nothing.
-CPU_MIN_FLOOR_MS = 0.05
-GPU_MIN_FLOOR_MS = 0.005
-# A median below this share of the floor is a cheat. The CPU's figure is a copy measured once on a
-# possibly shared machine (and a copy's write-allocate traffic is uncounted, so a read-mostly kernel
-# can beat it by ~1.5x): a wider margin there. The GPU's is the peak table's measured figure.
-CPU_FLOOR_MARGIN = 0.25
-GPU_FLOOR_MARGIN = 0.5
-
-
-class Channel:
-    def __init__(self, fd: int, nonce: str):
-        self.fd, self.nonce = fd, nonce
-
-    def send(self, **msg: Any) -> None:
-        data = json.dumps({**msg, "nonce": self.nonce}, default=str).encode()
-        # A leading newline re-synchronises the stream if a candidate wrote a partial line here.
-        os.write(self.fd, b"\n" + data + b"\n")
-
-
-class Finish(Exception):
-    """Ends the evaluation with a verdict (an outcome, not a worker bug)."""
-
-    def __init__(self, verdict: str, error: Optional[str] = None, **fields: Any):
-        super().__init__(verdict)
-        self.verdict, self.error, self.fields = verdict, error, fields
+from kernelwright.evaluate import candidate_load  # noqa: E402
+from kernelwright.evaluate.candidate_load import Finish, classify_runtime, error_text  # noqa: E402
+from kernelwright.evaluate.channel import Channel  # noqa: E402
 
 
 class Worker:
@@ -79,22 +55,8 @@ class Worker:
         self.job, self.ch = job, ch
         self.fields: dict[str, Any] = {}
 
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        self.ch.send(type="stage_start", name=name)
-        start = time.monotonic()
-        ok, detail = False, None
-        try:
-            yield
-            ok = True
-        except Finish as f:
-            detail = f.verdict
-            raise
-        except BaseException as e:  # noqa: BLE001 - reported as a stage failure, then re-raised
-            detail = type(e).__name__
-            raise
-        finally:
-            self.ch.send(type="stage", name=name, seconds=round(time.monotonic() - start, 4), ok=ok, detail=detail)
+    def stage(self, name: str) -> Any:
+        return self.ch.stage(name)
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -111,17 +73,6 @@ class Worker:
                 if reasons:
                     raise Finish("cheat", "; ".join(reasons), cheat_reasons=reasons)
 
-    def _import(self, source: str, modname: str, filename: str) -> types.ModuleType:
-        path = os.path.join(self.job["workdir"], filename)
-        with open(path, "w") as f:
-            f.write(source)
-        spec = importlib.util.spec_from_file_location(modname, path)
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[modname] = module
-        spec.loader.exec_module(module)
-        return module
-
     def _seed(self, seed: int) -> None:
         self.draw.seed_all(seed)
 
@@ -134,16 +85,6 @@ class Worker:
     def _sync(self) -> None:
         if self.device.type == "cuda":
             self.timing._synchronize()
-
-    def _error_text(self, exc: BaseException, log: str = "") -> str:
-        from kernelwright.evaluate.taxonomy import first_relevant_lines
-
-        frames = traceback.extract_tb(exc.__traceback__)
-        where = [f"  {os.path.basename(fr.filename)}:{fr.lineno} in {fr.name}" for fr in frames
-                 if fr.filename.endswith("candidate.py") or fr.filename.startswith("<reference-")][-3:]
-        head = f"{type(exc).__name__}: {exc}"
-        text = first_relevant_lines(head + "\n" + log) if log or len(head) > 400 else head
-        return "\n".join([text, *where]) if where else text
 
     # -- stages -------------------------------------------------------------------------------
 
@@ -183,18 +124,14 @@ class Worker:
         with self.stage("load_reference"):
             try:
                 # no module name to import and no file to read: the job's copy of the source goes too
-                self.ref_mod, ref_filename = work.load_reference(job.pop("task_source"))
+                self.ref_mod, ref_filename, self.init_inputs, self.ref_model = work.build_reference(
+                    job.pop("task_source"), job["seed"], self.device)
                 self.ref_watch = work.ReferenceWatch(ref_filename)
-                self._seed(job["seed"])
-                self.init_inputs = self.ref_mod.get_init_inputs()
-                self._seed(job["seed"])
-                with torch.no_grad():
-                    self.ref_model = self.ref_mod.Model(*copy.deepcopy(self.init_inputs)).to(self.device)
             except Exception as e:  # the task itself is broken: bad input, not a candidate verdict
-                raise Finish("reference_error", self._error_text(e)) from e
+                raise Finish("reference_error", error_text(e)) from e
 
         counter = instrument.CallCounter()
-        build_fn = self._build_fn()
+        build_fn = candidate_load.build_fn(bool(job.get("compile_only")), bool(job.get("prebuild")))
         place = instrument.BuildPlace(scratch=job["workdir"], cache_root=job.get("builds_root"),
                                       scope=job.get("build_scope"))
         instrument.install(counter, place, build_fn)
@@ -205,13 +142,14 @@ class Worker:
 
         self.fields["builds"] = counter.builds  # the list fills as builds run: on the record if one fails too
         with self.stage("compile"), self._candidate_code():
-            cand = self._import_candidate(job["candidate_source"], counter)
+            cand = candidate_load.import_candidate(job["candidate_source"], job["workdir"], counter,
+                                                      bool(job.get("compile_only")), self.fields)
         self.fields["compiled"] = True
         new_ops = instrument.dispatcher_ops() - ops_before
         self._check_tamper(guard)
 
         if job.get("compile_only"):
-            if counter.builds or _defines_triton_kernel(cand):
+            if counter.builds or candidate_load.defines_triton_kernel(cand):
                 raise Finish("compiled")  # Triton kernels compile at first launch: defined is all we can check
             raise Finish("no_custom_kernel", "compile-only: the candidate builds no extension and defines no Triton kernel")
 
@@ -224,7 +162,7 @@ class Worker:
                 with torch.no_grad():
                     self.new_model = model_cls(*copy.deepcopy(self.init_inputs)).to(self.device)
             except Exception as e:
-                raise Finish(*self._classify_runtime(e))
+                raise Finish(*classify_runtime(e))
 
         with self.stage("correctness"):
             self._correctness(counter, new_ops)
@@ -246,70 +184,6 @@ class Worker:
             self._check_leftovers(threads_before, children_before)
         raise Finish("correct" if self.fields["custom_kernel"] else "no_custom_kernel")
 
-    def _build_fn(self) -> Optional[Any]:
-        """In compile-only mode with a CPU build of torch, CUDA sources compile to objects only.
-        A pool's prebuild is not compile-only in that sense: it builds exactly as the evaluation will,
-        so the evaluation finds the build in the content-hash cache."""
-        if not self.job.get("compile_only") or self.job.get("prebuild"):
-            return None
-        import inspect
-
-        import torch.utils.cpp_extension as cpp
-
-        from kernelwright.evaluate import compile_only
-
-        real = cpp.load_inline
-        if compile_only.torch_has_cuda():
-            # The normal path: build and link. A bare nvcc toolkit may lack the CUDA library
-            # headers ATen includes (cusparse.h, cublas_v2.h); NVIDIA's wheels, which a CUDA
-            # torch depends on, ship them, so point the build at them too.
-            extra = compile_only.wheel_cuda_includes(True)
-            signature = inspect.signature(real)
-
-            def build_with_headers(*args: Any, **kwargs: Any) -> Any:
-                try:
-                    bound = signature.bind(*args, **kwargs)
-                except TypeError:
-                    return real(*args, **kwargs)  # its own, genuine error
-                paths = list(bound.arguments.get("extra_include_paths") or [])
-                bound.arguments["extra_include_paths"] = paths + [p for p in extra if p not in paths]
-                return real(*bound.args, **bound.kwargs)
-
-            return build_with_headers if extra else None
-
-        def build(*args: Any, **kwargs: Any) -> Any:
-            if kwargs.get("cuda_sources") or (len(args) > 2 and args[2]):
-                return compile_only.objects_only_load_inline(*args, **kwargs)
-            return real(*args, **kwargs)  # CPU C++ links fine against a CPU torch: build for real
-
-        return build
-
-    def _import_candidate(self, source: str, counter: Any) -> types.ModuleType:
-        from kernelwright.evaluate import taxonomy
-
-        try:
-            return self._import(source, "kw_candidate", "candidate.py")
-        except SyntaxError as e:
-            raise Finish("syntax_error", f"SyntaxError: {e.msg} (line {e.lineno})") from e
-        except Exception as e:
-            log = getattr(e, "log", "") or ""
-            full = taxonomy.infrastructure_problem(e, log)
-            if full:  # the machine's failure, not the candidate's: no verdict
-                raise Finish("infrastructure_error", f"{full}; free space under the build cache") from e
-            failed_build = any(not b["ok"] for b in counter.builds)
-            if not failed_build and not isinstance(e, (ImportError, AttributeError, TypeError)):
-                if self.job.get("compile_only") and _is_no_gpu_error(e):
-                    raise Finish("compiled", None) from e  # built; import stopped at code that needs a GPU
-                raise Finish(*self._classify_runtime(e)) from e
-            verdict = taxonomy.classify_build_failure(type(e).__name__, str(e), log)
-            self.fields["compiled"] = False
-            raise Finish(verdict.value, self._error_text(e, log)) from e
-
-    def _classify_runtime(self, e: BaseException) -> tuple[str, str]:
-        if isinstance(e, AttributeError) and str(e).startswith("extension module"):
-            return "hallucinated_api", self._error_text(e)
-        return "runtime_error", self._error_text(e)
-
     def _correctness(self, counter: Any, new_ops: set[str]) -> None:
         torch, compare = self.torch, self.compare
         job = self.job
@@ -325,7 +199,7 @@ class Worker:
             except Finish:
                 raise
             except Exception as e:
-                raise Finish(*self._classify_runtime(e)) from e
+                raise Finish(*classify_runtime(e)) from e
             self._side_stream_check(out_c)
             calls_per_trial.append(counter.total() - before)
             with torch.no_grad():
@@ -337,17 +211,9 @@ class Worker:
                 self.fields["tolerance"] = tol.model_dump()
             result = compare.compare(out_r, out_c, tol, k)
             self.fields["trials"] = k + 1
-            if result.kind == "subclass":
-                raise Finish("cheat", result.message, cheat_reasons=["output is a tensor subclass"])
-            for prev_r, prev_c in previous:
-                if compare.identical(prev_c, out_c) and not compare.identical(prev_r, out_r):
-                    raise Finish("cheat", "the candidate returned the same output for different inputs",
-                                 cheat_reasons=["output reused across calls (cached result)"])
-            if result.kind == "shape":
-                raise Finish("shape_mismatch", result.message)
-            if not result.ok:
-                raise Finish("wrong_output", result.message,
-                             mismatch=result.mismatch.model_dump() if result.mismatch else None)
+            bad = compare.trial_verdict(result, out_r, out_c, previous)
+            if bad is not None:
+                raise Finish(bad[0], bad[1], **bad[2])
             previous.append((out_r, out_c))
         custom = dict(counter.snapshot())
         if new_ops and not all(calls_per_trial):
@@ -397,24 +263,12 @@ class Worker:
         try:
             pair = timing.time_pair(self.new_model, self.ref_model, draw, check, self.device, cfg,
                                     self._bandwidth())
+            fields = timing.pair_fields(pair, self.device.type == "cuda")
         except timing.TimedCallRejected as e:
             raise Finish("cheat", e.message, cheat_reasons=[e.reason]) from e
-        cand, ref = pair.candidate, pair.reference
-        self.fields["timing"], self.fields["ref_timing"] = cand.model_dump(), ref.model_dump()
-        self.fields["runtime_ms"], self.fields["ref_runtime_ms"] = cand.median_ms, ref.median_ms
-        cuda = self.device.type == "cuda"
-        margin = GPU_FLOOR_MARGIN if cuda else CPU_FLOOR_MARGIN
-        if timing.below_floor(cand, ref, margin, GPU_MIN_FLOOR_MS if cuda else CPU_MIN_FLOOR_MS):
-            # Every output was right and yet no memory system moves those bytes that fast: the
-            # work happened outside the interval (a thread or stream the checks missed).
-            raise Finish("cheat", f"median {cand.median_ms:.4g} ms is below {margin:g}x the physical floor of a call "
-                         f"({cand.floor_ms:.4g} ms: its input and output bytes over the memory bandwidth)",
-                         cheat_reasons=["time below the physical floor"])
-        speedup = ref.median_ms / cand.median_ms if cand.median_ms > 0 else None
-        self.fields["speedup"] = speedup
-        self.fields["faster"] = bool(speedup and speedup > 1 and timing.faster_beyond_noise(cand, ref))
-        if speedup and speedup > 10:
-            self.fields.setdefault("flags", []).append("speedup_above_10x: review before trusting")
+        self.fields.setdefault("flags", []).extend(fields.pop("flags"))
+        self.fields.update(fields)
+        cand = pair.candidate
         if job.get("compile_baseline"):
             self._compile_baseline(draw, check, cfg, cand)
 
@@ -503,7 +357,7 @@ class Worker:
         except Finish:
             raise
         except Exception as e:
-            raise Finish(*self._classify_runtime(e)) from e
+            raise Finish(*classify_runtime(e)) from e
         self.fields["custom_share"] = round(min(1.0, timer.seconds / total), 4) if total > 0 else None
         result = matches(out_r, out_c)
         if not result.ok:
@@ -541,37 +395,6 @@ class Worker:
             raise Finish("cheat", "; ".join(reasons), cheat_reasons=reasons)
 
 
-def _defines_triton_kernel(module: types.ModuleType) -> bool:
-    return any(type(v).__module__.startswith("triton") and hasattr(v, "run") for v in vars(module).values())
-
-
-def _is_no_gpu_error(e: BaseException) -> bool:
-    text = str(e)
-    return any(s in text for s in ("Torch not compiled with CUDA", "no CUDA GPUs", "CUDA driver",
-                                   "Found no NVIDIA driver", "cudaGetDeviceCount"))
-
-
-def _become_subreaper() -> None:
-    """Orphans the candidate leaves behind re-parent to us, so we can find and end them."""
-    try:
-        ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except Exception:
-        pass
-
-
-def _kill_descendants() -> None:
-    import signal
-
-    from kernelwright.evaluate.instrument import child_pids
-
-    for pid in child_pids():
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)  # reap it: an orphaned zombie could outlive us where init does not reap
-        except OSError:
-            pass
-
-
 def main() -> None:
     fd = int(sys.argv[1])
     # Import torch before waiting for the job: a pool starts workers ahead of their candidate, so
@@ -591,7 +414,7 @@ def main() -> None:
             _kill_descendants()
             os._exit(0)
     ch = Channel(fd, job.pop("nonce"))
-    _become_subreaper()
+    candidate_load.become_subreaper()
     worker = Worker(job, ch)
     try:
         worker.run()
@@ -604,10 +427,7 @@ def main() -> None:
         ch.send(type="result", verdict="runtime_error", error=f"{type(e).__name__}: {e}",
                 fields=worker.fields)
     finally:
-        _kill_descendants()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)  # skip atexit hooks and non-daemon threads the candidate may have left
+        candidate_load.end_process()
 
 
 if __name__ == "__main__":

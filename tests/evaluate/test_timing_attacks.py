@@ -47,8 +47,6 @@ CHEATS = [
     ("timing_first_calls.py", Verdict.CHEAT, "wrong output on timed calls", None),
     ("timing_stale_output.py", Verdict.CHEAT, "wrong output on timed calls", None),
     ("timing_stale_cpp.py", Verdict.CHEAT, "wrong output on timed calls", None),
-    ("timing_resize_inputs.py", Verdict.CHEAT, "modified its inputs in place during timing", None),
-    ("timing_resize_cpp.py", Verdict.CHEAT, "modified its inputs in place during timing", None),
     ("timing_correctness_only.py", Verdict.STATIC_VIOLATION, "wrong output on timed calls", Verdict.CHEAT),
 ]
 
@@ -63,6 +61,21 @@ def test_gaming_the_timed_calls_is_a_cheat(bias_relu, fast_cfg, name, verdict, r
         assert r.verdict == dynamic, (r.error, r.output_tail)
     assert reason in r.cheat_reasons, (r.cheat_reasons, r.error)
     assert r.speedup is None and not r.correct
+
+
+def test_rewriting_inputs_in_the_timed_calls_is_a_cheat(bias_relu, fast_cfg):
+    r = run(bias_relu, "timing_rewrite_inputs.py", fast_cfg())
+    assert r.verdict == Verdict.CHEAT, (r.error, r.output_tail)
+    assert "modified its inputs in place during timing" in r.cheat_reasons and r.speedup is None
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("name", ["timing_resize_inputs.py", "timing_resize_cpp.py"])
+def test_inputs_cannot_be_resized(bias_relu, fast_cfg, name):
+    """On the CPU the judge hands inputs over as shared memory (evaluate/arena.py): a resize raises in
+    the candidate's own call, in the first trial, and the reference has its own copy anyway."""
+    r = run(bias_relu, name, fast_cfg())
+    assert r.verdict == Verdict.RUNTIME_ERROR and "not resizable" in r.error, (r.error, r.output_tail)
 
 
 @pytest.mark.build

@@ -40,8 +40,11 @@ CASES = [
     # reaching the reference: by module name, by file, through gc, through the call stack
     ("work_import_kw_reference.py", Verdict.HALLUCINATED_API, None, "No module named 'kw_reference'"),
     ("work_import_reference_file.py", Verdict.HALLUCINATED_API, None, "No module named 'reference'"),
-    ("work_gc_reference.py", Verdict.STATIC_VIOLATION, Verdict.CHEAT, "ran the reference"),
-    ("work_frame_reference_class.py", Verdict.STATIC_VIOLATION, Verdict.CHEAT, "ran the reference"),
+    # (on the CPU the reference is in the judge's process: they find nothing and fall back to PyTorch,
+    # discarding their kernel's result; the in-process GPU worker catches the call: cheat)
+    ("work_gc_reference.py", Verdict.STATIC_VIOLATION, Verdict.NO_CUSTOM_KERNEL, "does not depend on the custom code"),
+    ("work_frame_reference_class.py", Verdict.STATIC_VIOLATION, Verdict.NO_CUSTOM_KERNEL,
+     "does not depend on the custom code"),
     # honest: a kernel writing an output argument, and a kernel doing part of the work
     ("work_out_arg.py", Verdict.CORRECT, None, None),
     ("work_partial_kernel.py", Verdict.CORRECT, None, None),

@@ -1,0 +1,416 @@
+"""The judge: the trusted process of a CPU evaluation. It never imports the candidate.
+
+Protocol with the parent (sandbox.py), unchanged from the in-process worker: argv[1] is the result
+pipe's fd; the job arrives as JSON on stdin with a nonce every message back carries; messages are
+`stage_start`, `stage` and one final `result`.
+
+The candidate runs in a runner process (runner.py) that the judge forks as soon as torch is
+imported, before it reads its job (a pool keeps judges waiting for a job, runners included). The judge loads the reference itself, draws
+every input, computes the reference's outputs on its own copies, compares, times and writes the
+verdict; the runner only receives tensors in shared memory (arena.py), calls forward and copies
+its outputs back. Nothing the candidate rebinds (json, os.write, torch.allclose, the clocks, a
+frame's locals) is in this process, and the runner holds neither the result pipe nor a way into
+this process's memory: the judge makes itself non-dumpable, so a runner without capabilities can
+neither ptrace it nor open /proc/<judge>/{mem,fd}. A second, trusted runner holds the reference for
+timing, so both sides of a timed pair pay the same round trip and copies (timing.time_served_pair).
+
+What the candidate's runner reports about itself (custom calls, the work probes' observations,
+tampering and leftover threads or processes it notices) is a claim: a claim can cost it the
+verdict, never earn one; outputs and times are only ever the judge's own observations.
+
+Order of work: setup, load_reference, compile (the runner imports the candidate; builds run
+there), init, correctness (trials on fresh inputs), timing (alternating with the reference's
+runner), recheck (unseen inputs after timing), work (work.py's probes, run by the candidate's
+runner, judged here on the judge's own reference outputs).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+
+# Nothing of this process may be importable from a folder the candidate can write: `python -m`
+# put the working directory (the scratch folder) first on the path.
+sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
+
+import secrets  # noqa: E402
+from typing import Any, Optional  # noqa: E402
+
+from kernelwright.evaluate.candidate_load import Finish, become_subreaper, end_process  # noqa: E402
+from kernelwright.evaluate.channel import Channel  # noqa: E402
+from kernelwright.evaluate.remote import RemoteRunner  # noqa: E402
+
+try:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+except Exception:  # pragma: no cover - not fatal
+    pass
+
+
+class Judge:
+    def __init__(self, job: dict[str, Any], ch: Channel, cand: Any, ref_runner: Optional[Any] = None):
+        self.job, self.ch, self.cand = job, ch, cand
+        self.ref_runner = ref_runner
+        self.fields: dict[str, Any] = {}
+        self.current = "start-up"
+
+    def stage(self, name: str) -> Any:
+        self.current = name
+        return self.ch.stage(name)
+
+    # -- the runners' answers -----------------------------------------------------------------
+
+    def _ask(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """A runner's reply; its death or a broken protocol ends the evaluation as a crash."""
+        from kernelwright.evaluate.remote import RunnerGone
+
+        try:
+            return fn(*args, **kwargs)
+        except RunnerGone as e:
+            if e.runner is self.cand:
+                raise Finish("crash", f"the candidate's process {e.how} during stage '{self.current}'") from None
+            # a trusted process with nothing but the candidate beside it: the candidate's doing
+            raise Finish("crash", f"the reference's runner {e.how} during stage '{self.current}'") from None
+
+    def _claim(self, reply: Any, importing: bool = False) -> Finish:
+        """The verdict a runner's error reply earns: its own claim if that is one it may make (all
+        lose), else a runtime error. Build verdicts and a full disk are only claims about an import."""
+        from kernelwright.evaluate.link import CLAIMABLE
+
+        if reply.kind == "exit":
+            return Finish("crash", reply.error)
+        verdict = reply.verdict if reply.verdict in CLAIMABLE else "runtime_error"
+        if verdict == "cheat":
+            return Finish("cheat", reply.error, cheat_reasons=[reply.error or "cheat"])
+        if not importing and verdict in ("compiled", "infrastructure_error", "compile_error", "syntax_error"):
+            verdict = "runtime_error"
+        if verdict == "compiled" and not self.job.get("compile_only"):
+            verdict = "runtime_error"
+        return Finish(verdict, reply.error)
+
+    def _call(self, inputs: list[Any], like: list[Any], probe: str = "none",
+              perturb: Optional[list[str]] = None) -> tuple[list[Any], Any]:
+        from kernelwright.evaluate.remote import Refused
+
+        try:
+            staged = self._ask(self.cand.stage, inputs, like)
+            return self._ask(self.cand.run, staged, "main", probe, perturb)
+        except Refused as e:
+            raise self._claim(e.reply) from None
+
+    def _checks(self) -> None:
+        from kernelwright.evaluate.link import Checks
+
+        reasons = self._ask(self.cand.request, Checks()).reasons
+        if reasons:
+            raise Finish("cheat", "; ".join(reasons), cheat_reasons=reasons)
+
+    # -- stages -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        job = self.job
+        timed = job.get("time", True) and not job.get("compile_only")
+        if timed and self.ref_runner is None:
+            from kernelwright.evaluate.remote import RemoteRunner
+
+            # started now: it imports torch while the candidate builds
+            self.ref_runner = RemoteRunner.spawn("the reference's runner")
+        elif not timed and self.ref_runner is not None:
+            self.ref_runner.kill()
+            self.ref_runner = None
+        with self.stage("setup"):
+            import torch
+
+            from kernelwright.evaluate import compare, device_lock, draw, timing, work
+
+            self.torch, self.compare, self.timing, self.work, self.draw = torch, compare, timing, work, draw
+            self.device_lock = device_lock
+            if timed:
+                from kernelwright.analysis.roofline import cpu_peaks
+
+                self.cpu_peaks = cpu_peaks
+            self.device = torch.device(job["device"])
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+            self.fields["versions"] = {"torch": torch.__version__, "cuda": str(torch.version.cuda),
+                                       "python": sys.version.split()[0]}
+
+        with self.stage("load_reference"):
+            try:
+                self.ref_mod, _, self.init_inputs, self.ref_model = work.build_reference(
+                    job["task_source"], job["seed"], self.device)
+            except Exception as e:  # the task itself is broken: bad input, not a candidate verdict
+                from kernelwright.evaluate.candidate_load import error_text
+
+                raise Finish("reference_error", error_text(e)) from e
+
+        from kernelwright.evaluate.link import Import
+        from kernelwright.evaluate.remote import init_request
+
+        if timed:
+            # the reference's runner loads and builds the reference while the candidate builds;
+            # its replies are collected when timing starts
+            ref = self.ref_runner
+            self._ask(ref.post, Import(role="reference", source=job["task_source"], workdir=job["workdir"],
+                                       device=job["device"], compile_baseline=bool(job.get("compile_baseline"))))
+            self._ask(ref.post, init_request(job["seed"], self.init_inputs))
+
+        with self.stage("compile"):
+            reply = self._ask(self.cand.load, Import(
+                source=job["candidate_source"], workdir=job["workdir"], device=job["device"],
+                compile_only=bool(job.get("compile_only")), prebuild=bool(job.get("prebuild")),
+                builds_root=job.get("builds_root"), build_scope=job.get("build_scope")))
+            self.fields["builds"] = reply.builds
+            claim = None if reply.ok else self._claim(reply, importing=True)
+            # a compile-only job ends after its import: the stage itself went well
+            if claim is not None and not (job.get("compile_only") and claim.verdict in ("compiled", "no_custom_kernel")):
+                raise claim
+        self.fields["compiled"] = True
+        if claim is not None:
+            raise claim
+
+        with self.stage("init"):
+            reply = self._ask(self.cand.init, job["seed"], self.init_inputs)
+            if not reply.ok:
+                raise self._claim(reply)
+
+        with self.stage("correctness"):
+            self._correctness()
+        self._checks()
+
+        if job.get("time", True):
+            with self.stage("timing"), self.device_lock.DeviceLock(job["device"]):
+                self._timing()
+            self._checks()
+            with self.stage("recheck"):
+                self._recheck()
+            self._checks()
+        if self.fields["custom_kernel"]:
+            with self.stage("work"):
+                self._work()
+            self._checks()
+        raise Finish("correct" if self.fields["custom_kernel"] else "no_custom_kernel")
+
+    def _inputs(self, seed: int) -> list[Any]:
+        return self.draw.draw_inputs(self.ref_mod.get_inputs, seed, self.device)
+
+    def _reference(self, inputs: list[Any]) -> list[Any]:
+        """The reference's outputs on the judge's own copy of `inputs`, flattened."""
+        with self.torch.no_grad():
+            return self.compare.flatten(self.ref_model(*self.timing.clone_inputs(inputs)))
+
+    def _tol(self, refs: list[Any]) -> Any:
+        return self.compare.tolerance_for(refs, self.job.get("atol"), self.job.get("rtol"))
+
+    def _correctness(self) -> None:
+        compare, job = self.compare, self.job
+        previous: list[tuple[Any, Any]] = []
+        calls_per_trial = []
+        custom: dict[str, int] = {}
+        for k in range(job["trials"]):
+            inputs = self._inputs(job["seed"] + 1 + k)
+            # The reference runs here, in another process: memory the candidate did not write
+            # cannot hold its answer, whichever runs first, so its outputs shape the buffers.
+            out_r = self._reference(inputs)
+            out_c, reply = self._call(inputs, out_r)
+            calls_per_trial.append(sum(reply.calls.values()))
+            for key, n in reply.calls.items():
+                custom[key] = custom.get(key, 0) + n
+            if k == 0:
+                self.tol = self._tol(out_r)
+                self.like = out_r
+                self.fields["tolerance"] = self.tol.model_dump()
+            result = compare.compare(out_r, out_c, self.tol, k)
+            self.fields["trials"] = k + 1
+            if result.kind == "subclass" and reply.error:
+                result.message = reply.error  # the runner named the subclass; the placeholder cannot
+            bad = compare.trial_verdict(result, out_r, out_c, previous)
+            if bad is not None:
+                raise Finish(bad[0], bad[1], **bad[2])
+            previous.append((out_r, out_c))
+        if not all(calls_per_trial):
+            # operators the candidate registered with the dispatcher are counted from a profile
+            inputs = self._inputs(job["seed"])
+            _, reply = self._call(inputs, self._reference(inputs), probe="count_ops")
+            custom.update(reply.calls)
+            if any(key.startswith("op.") for key in reply.calls):
+                calls_per_trial = [1] * len(calls_per_trial)
+        self.fields["custom_calls"] = custom
+        # Custom code must run in every trial, not once at construction or on one lucky input.
+        self.fields["custom_kernel"] = bool(calls_per_trial) and all(calls_per_trial)
+
+    def _timing(self) -> None:
+        """The candidate's runner against the reference's, under timing.time_served_pair."""
+        from kernelwright.evaluate.remote import Refused, Served
+
+        timing, job, compare = self.timing, self.job, self.compare
+        ref = self.ref_runner
+        assert ref is not None
+        for _ in ("import", "init"):  # posted after load_reference
+            reply = self._ask(ref.collect)
+            if not reply.ok:
+                raise Finish("reference_error", f"the reference's runner: {reply.error}")
+        cfg = timing.TimingConfig(**job["timing"])
+
+        def draw() -> list[Any]:
+            return self._inputs(secrets.randbits(31))
+
+        def check(out_r: Any, out_c: Any) -> Optional[str]:
+            result = compare.compare(out_r, out_c, self.tol, -1)
+            return None if result.ok else result.message
+
+        cand_served, ref_served = Served(self.cand, self.like), Served(ref, self.like)
+        try:
+            pair = self._ask(timing.time_served_pair, cand_served, ref_served, draw, check,
+                             self.device, cfg, self._bandwidth())
+            fields = timing.pair_fields(pair, False)
+        except timing.TimedCallRejected as e:
+            raise Finish("cheat", e.message, cheat_reasons=[e.reason]) from e
+        except Refused as e:
+            if e.runner is not self.cand:
+                raise Finish("reference_error", f"the reference's runner: {e.reply.error}") from None
+            raise self._claim(e.reply) from None
+        self.fields.setdefault("flags", []).extend(fields.pop("flags"))
+        self.fields.update(fields)
+        cand = pair.candidate
+        if job.get("compile_baseline"):
+            self._compile_baseline(draw, check, cfg, cand)
+
+    def _bandwidth(self) -> Optional[float]:
+        from pathlib import Path
+
+        return self.cpu_peaks(Path(self.job["builds_root"]).parent).bandwidth
+
+    def _compile_baseline(self, draw: Any, check: Any, cfg: Any, cand: Any) -> None:
+        """torch.compile(reference) in the reference's runner, timed against the eager reference there
+        under the candidate's protocol and thread count. A failure is a fact about this machine."""
+        from kernelwright.evaluate.link import Compile
+        from kernelwright.evaluate.remote import Refused, Served
+
+        ref = self.ref_runner
+        try:
+            reply = self._ask(ref.request, Compile())
+            if not reply.ok:
+                raise Refused(reply)
+            comp = self._ask(self.timing.time_served_pair, Served(ref, self.like, "compiled"),
+                             Served(ref, self.like), draw, check, self.device, cfg, threads=cand.threads).candidate
+        except (Refused, self.timing.TimedCallRejected) as e:
+            text = (e.reply.error if isinstance(e, Refused) else e.message) or ""
+            self.fields["compile_baseline_error"] = text.strip().splitlines()[0][:200] if text.strip() else "failed"
+            return
+        self.fields["compile_timing"], self.fields["compile_runtime_ms"] = comp.model_dump(), comp.median_ms
+        self.fields["faster_than_compile"] = bool(cand.median_ms < comp.median_ms
+                                                  and self.timing.faster_beyond_noise(cand, comp))
+
+    def _recheck(self) -> None:
+        inputs = self._inputs(self.job["seed"] + 999_983)
+        out_r = self._reference(inputs)
+        out_c, _ = self._call(inputs, out_r)
+        result = self.compare.compare(out_r, out_c, self._tol(out_r), -1)
+        if not result.ok:
+            raise Finish("cheat", "correct on the first trials, wrong after repeated calls: " + result.message,
+                         cheat_reasons=["output changes after repeated calls (caching or state)"])
+
+    def _work(self) -> None:
+        """work.py's checks: the probes run in the candidate's runner around its custom calls and
+        report what they saw (claims); the outputs are compared here with the judge's reference."""
+
+        def forward(probe: str, offset: int, perturb: Optional[list[str]] = None) -> tuple[Any, Any, Any]:
+            inputs = self._inputs(self.job["seed"] + 555_557 + offset)
+            out_r = self._reference(inputs)
+            out_c, reply = self._call(inputs, out_r, probe, perturb)
+            return out_r, out_c, reply
+
+        def matches(out_r: Any, out_c: Any) -> Any:
+            return self.compare.compare(out_r, out_c, self._tol(out_r), -1)
+
+        _, _, timed = forward("time", 0)
+        out_r, out_c, seen = forward("inspect", 1)
+        total = timed.seconds or 0.0
+        share = (timed.custom_seconds or 0.0) / total if total > 0 else None
+        self.fields["custom_share"] = round(min(1.0, max(0.0, share)), 4) if share is not None else None
+        result = matches(out_r, out_c)
+        if not result.ok:
+            raise Finish("wrong_output", "wrong on fresh inputs in the work check: " + result.message)
+        self.fields["copy_only_calls"] = sorted(set(seen.seen) - set(seen.work))
+        if not seen.work:
+            self.fields["custom_kernel"] = False
+            raise Finish("no_custom_kernel", "every custom call only copied its input, filled a constant or "
+                         f"produced nothing: {', '.join(sorted(seen.seen))}")
+        try:
+            out_r, perturbed, _ = forward("perturb", 2, sorted(seen.work))
+        except Finish as f:
+            if f.verdict in ("runtime_error", "hallucinated_api"):
+                return  # failing on altered custom outputs is depending on them
+            raise
+        if matches(out_r, perturbed).ok:
+            self.fields["custom_kernel"] = False
+            raise Finish("no_custom_kernel", "the output does not depend on the custom code: with the outputs of "
+                         f"{', '.join(sorted(seen.work))} replaced by noise, it still matches the reference")
+
+
+def _not_dumpable() -> None:
+    """No ptrace, no /proc/<pid>/mem or /fd for a process without CAP_SYS_PTRACE (the runners)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+    except Exception:  # noqa: BLE001 - recorded as missing below
+        pass
+
+
+def dumpable() -> bool:
+    try:
+        return bool(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE
+    except Exception:  # noqa: BLE001
+        return True
+
+
+def main() -> None:
+    fd = int(sys.argv[1])
+    _not_dumpable()
+    import torch  # noqa: F401 -- before the job: a pool starts judges ahead
+
+    from kernelwright.evaluate import runner
+
+    # Forked now, before this process ran any tensor operation (an OpenMP pool does not survive a
+    # fork) and before it read its job: they share nothing of it, and start with torch imported.
+    cand = RemoteRunner(*runner.fork(), "the candidate's process")
+    # a sandbox started for timed jobs (sandbox.Confine.timed): the reference's runner too
+    ref = RemoteRunner(*runner.fork(), "the reference's runner") if "--timed" in sys.argv[2:] else None
+    from kernelwright.analysis import roofline  # noqa: F401
+    from kernelwright.evaluate import compare, device_lock, draw, timing, work  # noqa: F401
+
+    job = json.loads(sys.stdin.read())
+    sys.stdin.close()
+    if job.get("kind") == "build":  # the trusted builder's job (builder.py): no candidate code runs
+        from kernelwright.evaluate import builder
+
+        for held in (cand, ref):
+            if held is not None:
+                held.kill()
+        try:
+            os.chdir(job["workdir"])
+            builder.run(job)
+        finally:
+            end_process()
+    ch = Channel(fd, job.pop("nonce"))
+    become_subreaper()
+    judge = Judge(job, ch, cand, ref)
+    try:
+        judge.run()
+    except Finish as f:
+        ch.send(type="result", verdict=f.verdict, error=f.error, fields={**judge.fields, **f.fields})
+    except BaseException as e:  # noqa: BLE001 - no candidate code runs here: a bug of ours, never a verdict
+        ch.send(type="result", verdict="infrastructure_error", error=f"the judge failed: {type(e).__name__}: {e}",
+                fields=judge.fields)
+    finally:
+        for held in (cand, judge.ref_runner):
+            if held is not None:
+                held.kill()
+        end_process()
+
+
+if __name__ == "__main__":
+    main()

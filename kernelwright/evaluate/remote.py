@@ -1,0 +1,275 @@
+"""The judge's side of a runner (runner.py): start it, ask it, stage its calls, read its outputs.
+
+A runner is started by the judge (runner.fork, or runner.start) with one end of a Unix socket pair
+and nothing else it could use against the judge: not the result pipe (closed in the child), not the
+judge's memory (the judge is not dumpable, so a process without capabilities can neither ptrace it nor open
+its /proc files), not the other runner's arena. Its replies are read with a size cap and validated.
+
+A call is staged outside the timed interval (room in the arena, output buffers filled with NaN or
+random integers) and run inside it: the judge writes the inputs, sends the request, waits for the
+reply and copies the outputs out of the arena. Only then does the clock stop: the inputs did not
+exist where the runner could see them before the clock started, and every output byte the judge
+checks was in place before it stopped, so work done before or after the interval cannot pass.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import pickle
+import random
+import signal
+import socket
+import subprocess
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from kernelwright.evaluate import link
+from kernelwright.evaluate.arena import Arena, TensorRef, any_dtype, call_bytes
+from kernelwright.evaluate.link import Arg, Call, Reply
+
+MIN_ARENA_BYTES = 1 << 20
+
+
+class RunnerGone(Exception):
+    """The runner died, closed its socket or broke the protocol: `how` says which."""
+
+    def __init__(self, runner: "RemoteRunner", how: str):
+        super().__init__(f"{runner.name} {how}")
+        self.runner, self.how = runner, how
+
+
+class Refused(Exception):
+    """The runner answered with an error (the reply says which)."""
+
+    def __init__(self, reply: Reply, runner: "RemoteRunner"):
+        super().__init__(reply.error or reply.kind)
+        self.reply, self.runner = reply, runner
+
+
+@dataclass
+class Staged:
+    """One call's place in a runner's arena."""
+
+    inputs: list[Any]  # the judge's values, written at run time
+    args: list[Arg]
+    in_views: list[Optional[torch.Tensor]]
+    outputs: list[Optional[TensorRef]]
+    out_views: list[Optional[torch.Tensor]]
+
+
+class RemoteRunner:
+    def __init__(self, proc: Any, sock: socket.socket, name: str):  # a Popen or a runner.Forked
+        self.proc, self.sock, self.name = proc, sock, name
+        self.arena: Optional[Arena] = None
+
+    @classmethod
+    def spawn(cls, name: str) -> "RemoteRunner":
+        from kernelwright.evaluate.runner import start
+
+        return cls(*start(), name)
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def request(self, req: link.Request, fds: tuple[int, ...] = ()) -> Reply:
+        self.post(req, fds)
+        return self.collect()
+
+    def post(self, req: link.Request, fds: tuple[int, ...] = ()) -> None:
+        """Send a request without waiting: its reply is `collect`ed later, in order."""
+        try:
+            link.send(self.sock, link.encode_request(req), fds)
+        except OSError:
+            raise RunnerGone(self, self._death()) from None
+
+    def collect(self) -> Reply:
+        try:
+            return link.decode_reply(link.recv(self.sock, link.MAX_REPLY_BYTES))
+        except link.BadReply as e:
+            self.kill()
+            raise RunnerGone(self, f"broke the evaluation protocol ({e})") from None
+        except (link.LinkClosed, OSError):
+            raise RunnerGone(self, self._death()) from None
+
+    def _death(self) -> str:
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return "closed its end of the evaluation's socket"
+        if code < 0:
+            try:
+                return f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"was killed by signal {-code}"
+        return f"exited with code {code} before replying (os._exit?)"
+
+    def load(self, req: link.Import) -> Reply:
+        return self.request(req)
+
+    def init(self, seed: int, init_inputs: list[Any]) -> Reply:
+        return self.request(init_request(seed, init_inputs))
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.sock.close()
+        if self.arena is not None:
+            self.arena.close()
+
+    # -- calls --------------------------------------------------------------------------------
+
+    def stage(self, inputs: list[Any], like: list[Any]) -> Staged:
+        """Room for `inputs` and for outputs shaped like `like` (the reference's flattened outputs),
+        the output buffers pre-filled so that nothing the runner did not write can pass."""
+        tensors = [x for x in inputs if isinstance(x, torch.Tensor)] + [x for x in like if isinstance(x, torch.Tensor)]
+        self._room(call_bytes(tensors))
+        arena = self.arena
+        assert arena is not None
+        outputs, out_views = [], []
+        for r in like:
+            if isinstance(r, torch.Tensor):
+                ref = arena.place(r.dtype, r.shape)
+                view = arena.view(ref)
+                _prefill(view)
+                outputs.append(ref)
+                out_views.append(view)
+            else:
+                outputs.append(None)
+                out_views.append(None)
+        args, in_views = [], []
+        for x in inputs:
+            if isinstance(x, torch.Tensor):
+                ref = arena.place(x.dtype, x.shape)
+                args.append(Arg(tensor=ref))
+                in_views.append(arena.view(ref))
+            else:
+                args.append(Arg(value=x))
+                in_views.append(None)
+        return Staged(inputs=inputs, args=args, in_views=in_views, outputs=outputs, out_views=out_views)
+
+    def run(self, staged: Staged, model: str = "main", probe: str = "none",
+            perturb: Optional[list[str]] = None) -> tuple[list[Any], Reply]:
+        """Write the inputs, call, and copy the outputs out: (outputs, reply). What the candidate
+        returned when it did not fit the buffers comes back as placeholders that compare.py judges
+        like the real thing (count, shape, dtype, subclass). Raises Refused for an error reply."""
+        for view, x in zip(staged.in_views, staged.inputs):
+            if view is not None:
+                view.copy_(x)
+        reply = self.request(Call(model=model, args=staged.args, outputs=staged.outputs, probe=probe,
+                                  perturb=perturb or []))
+        if reply.ok:
+            values = iter(reply.values)
+            out = [_snapshot(v) if v is not None else next(values, None) for v in staged.out_views]
+            return out, reply
+        if reply.kind in ("spec", "subclass"):
+            return _placeholders(reply, staged), reply
+        raise Refused(reply, self)
+
+    def inputs_after(self, staged: Staged) -> list[Any]:
+        """The inputs as the runner left them (a call that wrote into them shows here)."""
+        return [v.clone() if v is not None else x for v, x in zip(staged.in_views, staged.inputs)]
+
+    def _room(self, nbytes: int) -> None:
+        if self.arena is not None and self.arena.fits(nbytes):
+            return
+        arena = Arena.create(max(MIN_ARENA_BYTES, 4 * nbytes))
+        reply = self.request(link.SetArena(nbytes=arena.nbytes), fds=(arena.fd,))
+        if not reply.ok:
+            raise Refused(reply, self)
+        if self.arena is not None:
+            self.arena.close()
+        self.arena = arena
+
+
+SNAPSHOT_CHUNKS = 16
+_SYSTEM_RANDOM = random.SystemRandom()
+
+
+def _snapshot(view: torch.Tensor) -> torch.Tensor:
+    """A private copy of an output buffer, read in chunks in a random order. A runner that replied
+    early and keeps writing from another thread cannot stay ahead of a read whose order it does not
+    know: whatever it finished after the first chunk was read is likely wrong in the copy."""
+    out = torch.empty_like(view)
+    src, dst = view.reshape(-1), out.view(-1)
+    n = src.numel()
+    step = max(1, -(-n // SNAPSHOT_CHUNKS))
+    order = list(range(-(-n // step)))
+    _SYSTEM_RANDOM.shuffle(order)  # not torch's generator: the judge seeds that with known seeds
+    for i in order:
+        dst[i * step:(i + 1) * step].copy_(src[i * step:(i + 1) * step])
+    return out
+
+
+def init_request(seed: int, init_inputs: list[Any]) -> link.Init:
+    return link.Init(seed=seed, init_pickle=base64.b64encode(pickle.dumps(init_inputs)).decode())
+
+
+def _prefill(view: torch.Tensor) -> None:
+    if view.is_floating_point() or view.is_complex():
+        view.fill_(float("nan"))
+    elif view.dtype == torch.bool:
+        view.copy_(torch.randint(0, 2, view.shape, dtype=torch.bool))
+    else:
+        info = torch.iinfo(view.dtype)
+        view.copy_(torch.randint(max(info.min, -2**31), min(info.max, 2**31 - 1), view.shape, dtype=view.dtype))
+
+
+class _Claimed(torch.Tensor):
+    """Stands for an output the candidate's runner said was a torch.Tensor subclass."""
+
+
+class _NotATensor:
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<a {self.name}>"
+
+
+def _placeholders(reply: Reply, staged: Staged) -> list[Any]:
+    """The candidate's outputs as its runner described them, on the meta device (no memory)."""
+    if reply.kind == "subclass":
+        return [torch.empty(v.shape, dtype=v.dtype, device="meta").as_subclass(_Claimed) if v is not None else None
+                for v in staged.out_views]
+    out: list[Any] = []
+    for spec in reply.spec:
+        dtype = any_dtype(spec.dtype) if spec.tensor else None
+        if not spec.tensor or dtype is None:
+            out.append(_NotATensor(spec.dtype[:40] or "value"))
+            continue
+        try:
+            out.append(torch.empty([max(0, int(s)) for s in spec.shape], dtype=dtype, device="meta"))
+        except (RuntimeError, ValueError, OverflowError):
+            out.append(_NotATensor("malformed tensor"))
+    return out
+
+
+class Served:
+    """One model in a runner, as timing.time_served_pair sees it."""
+
+    def __init__(self, runner: RemoteRunner, like: list[Any], model: str = "main"):
+        self.runner, self.like, self.model = runner, like, model
+
+    def stage(self, inputs: list[Any]) -> Staged:
+        return self.runner.stage(inputs, self.like)
+
+    def run(self, staged: Staged) -> list[Any]:
+        return self.runner.run(staged, self.model)[0]
+
+    def inputs_after(self, staged: Staged) -> list[Any]:
+        return self.runner.inputs_after(staged)
+
+    def threads(self, n: Optional[int]) -> None:
+        reply = self.runner.request(link.Threads(n=n))
+        if not reply.ok:
+            raise Refused(reply, self.runner)

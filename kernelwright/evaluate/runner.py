@@ -1,0 +1,375 @@
+"""A runner: the process that holds one model and serves the judge's calls (judge.py).
+
+Two run per timed CPU evaluation, both forked by the judge inside the same sandbox right after it
+imported torch (`fork`; `python -m kernelwright.evaluate.runner <socket fd>` starts one afresh
+where a fork would be unsafe): the *candidate's* runner imports the candidate (its builds run
+here, wrapped by instrument.py) and builds `ModelNew`; the *reference's* runner loads the task under
+a name nobody can import and builds `Model`, so the reference is timed through exactly the same
+protocol. Neither holds the reference's outputs, the comparison or the result pipe: a runner
+receives tensors in its arena (arena.py), calls forward, copies the outputs into the buffers the
+judge gave it and replies. What the candidate's runner reports (custom calls, what the probes saw,
+its own errors, tampering it noticed) is the candidate's claim: the judge lets it cost the
+candidate a verdict, never win one.
+
+Requests are handled one at a time, in order; the runner never starts work on its own.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# The reference's runner is trusted and lives beside a candidate that can write the scratch folder,
+# which `python -m` put first on the path: nothing may be imported from there (user site-packages,
+# under HOME in the scratch, are off too: `-s` in `start`).
+sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
+
+import base64  # noqa: E402
+import copy  # noqa: E402
+import json  # noqa: E402
+import pickle  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from contextlib import nullcontext  # noqa: E402
+from typing import Any, Optional  # noqa: E402
+
+try:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+except Exception:  # pragma: no cover - not fatal
+    pass
+
+
+class Runner:
+    def __init__(self, sock: socket.socket):
+        import torch
+
+        self.sock, self.torch = sock, torch
+        self.models: dict[str, Any] = {}
+        self.arena: Optional[Any] = None
+        self.counter: Optional[Any] = None
+        self.guard: Optional[Any] = None
+        self.new_ops: set[str] = set()
+        self.module: Any = None
+        self.role = "candidate"
+        self.device = torch.device("cpu")
+        self.threads0 = torch.get_num_threads()
+        self.threads_before: set[int] = set()
+        self.children_before: set[int] = set()
+
+    def serve(self) -> None:
+        from kernelwright.evaluate import link
+
+        while True:
+            try:
+                data, fds = link.recv_with_fds(self.sock)
+            except (link.LinkClosed, OSError):
+                return
+            req = link.decode_request(data)
+            try:
+                reply = getattr(self, f"do_{req.op}")(req, fds)
+            except SystemExit as e:
+                reply = link.Reply(ok=False, kind="exit", error=f"the candidate called sys.exit({e.code!r})")
+            except BaseException as e:  # noqa: BLE001 - candidate code raised where no handler expected it
+                reply = link.Reply(ok=False, kind="error", verdict="runtime_error",
+                                   error=f"{type(e).__name__}: {str(e)[:2000]}")
+            link.send(self.sock, reply.model_dump_json().encode())
+
+    # -- loading -----------------------------------------------------------------------------
+
+    def do_import(self, req: Any, fds: list[int]) -> Any:
+        from kernelwright.evaluate import candidate_load, instrument, work
+        from kernelwright.evaluate.link import Reply
+
+        torch = self.torch
+        self.device = torch.device(req.device)
+        os.chdir(req.workdir)
+        # fp32 means fp32: TF32 off for matmul and cuDNN, for the reference and the candidate alike.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        versions = {"torch": torch.__version__, "cuda": str(torch.version.cuda), "python": sys.version.split()[0]}
+        if req.role == "reference":
+            if req.compile_baseline:  # dynamo's import wraps torch functions: before anything else
+                import torch._dynamo  # noqa: F401
+                import torch._inductor.compile_fx  # noqa: F401
+            self.role = "reference"
+            self.module, _ = work.load_reference(req.source)
+            return Reply(ok=True, versions=versions)
+        counter = self.counter = instrument.CallCounter()
+        place = instrument.BuildPlace(scratch=req.workdir, cache_root=req.builds_root, scope=req.build_scope)
+        instrument.install(counter, place, candidate_load.build_fn(req.compile_only, req.prebuild))
+        self.guard = instrument.TamperGuard()
+        ops_before = instrument.dispatcher_ops()
+        self.threads_before, self.children_before = instrument.python_threads(), instrument.child_pids()
+        fields: dict[str, Any] = {}
+        try:
+            self.module = candidate_load.import_candidate(req.source, req.workdir, counter, req.compile_only, fields)
+        except candidate_load.Finish as f:
+            return Reply(ok=False, kind="error", verdict=f.verdict, error=f.error, builds=counter.builds)
+        except SystemExit as e:
+            return Reply(ok=False, kind="exit", error=f"the candidate called sys.exit({e.code!r})",
+                         builds=counter.builds)
+        self.new_ops = instrument.dispatcher_ops() - ops_before
+        if req.compile_only:
+            if counter.builds or candidate_load.defines_triton_kernel(self.module):
+                # Triton kernels compile at first launch: defined is all we can check
+                return Reply(ok=False, kind="error", verdict="compiled", builds=counter.builds)
+            return Reply(ok=False, kind="error", verdict="no_custom_kernel", builds=counter.builds,
+                         error="compile-only: the candidate builds no extension and defines no Triton kernel")
+        return Reply(ok=True, builds=counter.builds, versions=versions)
+
+    def do_init(self, req: Any, fds: list[int]) -> Any:
+        from kernelwright.evaluate import candidate_load, draw
+        from kernelwright.evaluate.link import Reply
+
+        name = "Model" if self.role == "reference" else "ModelNew"
+        cls = getattr(self.module, name, None)
+        if cls is None:
+            return Reply(ok=False, kind="error", verdict="runtime_error", error="the candidate defines no ModelNew")
+        init = pickle.loads(base64.b64decode(req.init_pickle))  # noqa: S301 - sent by the judge
+        try:
+            draw.seed_all(req.seed)
+            with self.torch.no_grad():
+                self.models["main"] = cls(*copy.deepcopy(init)).to(self.device)
+        except SystemExit as e:
+            return Reply(ok=False, kind="exit", error=f"the candidate called sys.exit({e.code!r})")
+        except Exception as e:
+            verdict, error = candidate_load.classify_runtime(e)
+            return Reply(ok=False, kind="error", verdict=verdict, error=error)
+        return Reply(ok=True)
+
+    def do_compile(self, req: Any, fds: list[int]) -> Any:
+        """torch.compile of the reference, for the compile baseline (the reference's runner only)."""
+        from kernelwright.evaluate.link import Reply
+
+        if self.role != "reference":
+            return Reply(ok=False, kind="error", verdict="runtime_error", error="compile is for the reference")
+        try:
+            self.models["compiled"] = self.torch.compile(self.models["main"])
+        except Exception as e:  # noqa: BLE001 - recorded by the judge as the baseline's error
+            return Reply(ok=False, kind="error", verdict="runtime_error", error=f"{type(e).__name__}: {e}")
+        return Reply(ok=True)
+
+    def do_arena(self, req: Any, fds: list[int]) -> Any:
+        from kernelwright.evaluate.arena import Arena
+        from kernelwright.evaluate.link import Reply
+
+        if self.arena is not None:
+            self.arena.close()
+        self.arena = Arena.attach(fds[0], req.nbytes)
+        for extra in fds[1:]:
+            os.close(extra)
+        return Reply(ok=True)
+
+    def do_threads(self, req: Any, fds: list[int]) -> Any:
+        from kernelwright.evaluate.link import Reply
+
+        self.torch.set_num_threads(req.n or self.threads0)
+        return Reply(ok=True)
+
+    def do_checks(self, req: Any, fds: list[int]) -> Any:
+        """Tampering and leftovers the candidate's process can see in itself."""
+        from kernelwright.evaluate import instrument
+        from kernelwright.evaluate.link import Reply
+
+        reasons = list(self.guard.changed()) if self.guard is not None else []
+        threads = instrument.python_threads() - self.threads_before
+        children = instrument.child_pids() - self.children_before
+        if threads:
+            reasons.append(f"{len(threads)} Python thread(s) started by the candidate are still running")
+        if children:
+            reasons.append(f"{len(children)} child process(es) started by the candidate are still running")
+        return Reply(ok=True, reasons=reasons)
+
+    # -- calls --------------------------------------------------------------------------------
+
+    def do_call(self, req: Any, fds: list[int]) -> Any:
+        from kernelwright.evaluate import candidate_load, instrument, work
+        from kernelwright.evaluate.compare import flatten
+        from kernelwright.evaluate.link import Reply
+
+        torch = self.torch
+        model = self.models[req.model]
+        args = [self.arena.view(a.tensor) if a.tensor is not None else a.value for a in req.args]
+        counter = self.counter
+        before = counter.snapshot() if counter is not None else {}
+        probe: Any = None
+        if req.probe == "time":
+            probe = work.TimeProbe(self._sync)
+        elif req.probe == "inspect":
+            probe = work.InspectProbe()
+        elif req.probe == "perturb":
+            probe = work.PerturbProbe(set(req.perturb))
+        probing = work.probing(counter, probe, self.new_ops) if probe is not None else nullcontext()
+        if req.probe == "count_ops" and self.new_ops and self.guard is not None and not self.guard.changed():
+            # The profiler's first session imports torch._dynamo, which wraps torch.manual_seed:
+            # make that import ours, and take the tamper guard's snapshot again.
+            import torch._dynamo  # noqa: F401
+
+            self.guard.rebase()
+        start = time.perf_counter()
+        try:
+            with torch.no_grad(), probing:
+                if req.probe == "count_ops":
+                    return Reply(ok=True, calls=instrument.count_new_op_calls(self.new_ops, lambda: model(*args)))
+                out = model(*args)
+            self._sync()
+        except SystemExit as e:
+            return Reply(ok=False, kind="exit", error=f"the candidate called sys.exit({e.code!r})")
+        except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt raised by candidate code too
+            verdict, error = candidate_load.classify_runtime(e)
+            return Reply(ok=False, kind="error", verdict=verdict, error=error)
+        seconds = time.perf_counter() - start
+        calls = {k: v - before.get(k, 0) for k, v in (counter.snapshot() if counter else {}).items()
+                 if v - before.get(k, 0)}
+        extra: dict[str, Any] = {"calls": calls, "seconds": seconds}
+        if isinstance(probe, work.TimeProbe):
+            extra["custom_seconds"] = probe.seconds
+        if isinstance(probe, work.InspectProbe):
+            extra["seen"], extra["work"] = sorted(probe.seen), sorted(probe.work)
+        items = flatten(out)
+        subclass = [(i, type(t).__name__) for i, t in enumerate(items)
+                    if isinstance(t, torch.Tensor) and type(t) is not torch.Tensor]
+        if subclass:
+            i, name = subclass[0]
+            return Reply(ok=False, kind="subclass", error=f"output {i} is a {name}, a torch.Tensor subclass", **extra)
+        if not self._fits(items, req.outputs):
+            return Reply(ok=False, kind="spec", spec=[self._spec(x) for x in items], **extra)
+        values = []
+        for item, ref in zip(items, req.outputs):
+            if ref is None:
+                values.append(_jsonable(item))
+            else:
+                self.arena.view(ref).copy_(item)
+        self._sync()
+        return Reply(ok=True, values=values, **extra)
+
+    def _fits(self, items: list[Any], refs: list[Any]) -> bool:
+        from kernelwright.evaluate.arena import dtype_name
+
+        if len(items) != len(refs):
+            return False
+        for item, ref in zip(items, refs):
+            is_tensor = isinstance(item, self.torch.Tensor)
+            if (ref is None) == is_tensor:
+                return False
+            if is_tensor and (list(item.shape) != ref.shape or dtype_name(item.dtype) != ref.dtype
+                              or item.device != self.device):
+                return False
+        return True
+
+    def _spec(self, item: Any) -> Any:
+        from kernelwright.evaluate.arena import dtype_name
+        from kernelwright.evaluate.link import OutSpec
+
+        if isinstance(item, self.torch.Tensor):
+            return OutSpec(tensor=True, shape=list(item.shape)[:64], dtype=dtype_name(item.dtype),
+                           device=str(item.device))
+        return OutSpec(tensor=False, dtype=type(item).__name__)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize()
+
+
+def _jsonable(x: Any) -> Any:
+    try:
+        json.dumps(x)
+        return x
+    except (TypeError, ValueError):
+        return repr(x)[:200]
+
+
+def start() -> tuple[subprocess.Popen, socket.socket]:
+    """Start a runner afresh (an interpreter of its own) holding one end of a fresh socket pair and no
+    other descriptor of the caller's; returns the process and the caller's end. For a judge that
+    already ran tensor operations, where `fork` is unsafe."""
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    proc = subprocess.Popen([sys.executable, "-s", "-m", "kernelwright.evaluate.runner", str(theirs.fileno())],
+                            stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), close_fds=True)
+    theirs.close()
+    return proc, mine
+
+
+def fork() -> tuple["Forked", socket.socket]:
+    """A runner forked from the calling process (the judge, right after it imported torch and
+    before it ran any tensor operation or read its job): no second interpreter start and torch
+    import. The child keeps stdout, stderr and its end of a fresh socket pair; every other
+    descriptor, the result pipe first, is closed, and stdin is /dev/null. Returns the child and the
+    caller's end."""
+    from kernelwright.evaluate import arena, candidate_load, compare, draw, instrument, link, work  # noqa: F401
+
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    sys.stdout.flush()  # nothing buffered here may be written twice
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            mine.close()
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+            keep = {0, 1, 2, theirs.fileno()}
+            for entry in os.listdir("/proc/self/fd"):
+                if int(entry) not in keep:
+                    try:
+                        os.close(int(entry))
+                    except OSError:
+                        pass  # the listing's own descriptor
+            _serve(theirs)
+        finally:
+            os._exit(0)
+    theirs.close()
+    return Forked(pid), mine
+
+
+class Forked:
+    """A forked runner, with the part of subprocess.Popen's interface the judge uses."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"runner {self.pid}", timeout or 0)
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+
+def _serve(sock: socket.socket) -> None:
+    from kernelwright.evaluate import candidate_load
+
+    candidate_load.become_subreaper()
+    try:
+        Runner(sock).serve()
+    finally:
+        candidate_load.end_process()
+
+
+def main() -> None:
+    fd = int(sys.argv[1])
+    # before the first request: a runner started ahead of its job imports all this meanwhile
+    import torch  # noqa: F401
+
+    from kernelwright.evaluate import arena, candidate_load, compare, draw, instrument, link, work  # noqa: F401
+
+    _serve(socket.socket(fileno=fd))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""The judge and its runners (evaluate/judge.py, runner.py, remote.py, link.py, arena.py), part by part.
+
+No sandbox and no build: a real runner process serves a real model through a real arena; the
+link's limits are exercised on a real socket pair. The hostile end-to-end cases are in
+test_forged_verdicts.py (and every CPU evaluator test runs through the judge).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+
+import pytest
+import torch
+
+from kernelwright.evaluate import link
+from kernelwright.evaluate.arena import Arena
+from kernelwright.evaluate.judge import Judge
+from kernelwright.evaluate.link import Import, Reply
+from kernelwright.evaluate.remote import RemoteRunner, RunnerGone, Served, _snapshot, init_request
+
+from tests.conftest import TASKS
+
+
+def test_a_reply_over_the_cap_is_refused_unread():
+    judge_end, runner_end = socket.socketpair()
+    with judge_end, runner_end:
+        runner_end.sendall(struct.pack("!I", link.MAX_REPLY_BYTES + 1) + b"x" * 64)
+        with pytest.raises(link.BadReply):
+            link.recv(judge_end, link.MAX_REPLY_BYTES)
+
+
+def test_a_reply_is_a_reply_or_nothing():
+    with pytest.raises(link.BadReply):
+        link.decode_reply(b'{"ok": true, "verdict_override": "correct"}')  # unknown field
+    with pytest.raises(link.BadReply):
+        link.decode_reply(b"\n{\"type\": \"result\"}\n")
+
+
+@pytest.mark.parametrize("claimed,at_import,later", [
+    ("correct", "runtime_error", "runtime_error"), ("faster", "runtime_error", "runtime_error"),
+    ("wrong_output", "runtime_error", "runtime_error"), ("compile_error", "compile_error", "runtime_error"),
+    ("infrastructure_error", "infrastructure_error", "runtime_error"), ("cheat", "cheat", "cheat"),
+    ("compiled", "runtime_error", "runtime_error")])
+def test_a_runner_claims_only_losing_verdicts(claimed, at_import, later):
+    judge = Judge({"time": False}, None, None)  # type: ignore[arg-type]
+    reply = Reply(ok=False, kind="error", verdict=claimed, error="said so")
+    assert judge._claim(reply, importing=True).verdict == at_import
+    assert judge._claim(reply).verdict == later
+    compile_only = Judge({"compile_only": True}, None, None)  # type: ignore[arg-type]
+    assert compile_only._claim(Reply(ok=False, kind="error", verdict="compiled"), importing=True).verdict == "compiled"
+
+
+def test_the_arena_is_shared_memory_and_places_calls_apart():
+    arena = Arena.create(4096)
+    try:
+        other = Arena(arena.fd, arena.nbytes)  # a second mapping of the same memfd, as a runner's
+        refs = [arena.place(torch.float32, (4, 8)) for _ in range(4)]
+        assert len({r.offset for r in refs}) == 4
+        arena.view(refs[1]).copy_(torch.arange(32.0).reshape(4, 8))
+        assert torch.equal(other.view(refs[1]), torch.arange(32.0).reshape(4, 8))
+        with pytest.raises(ValueError):
+            arena.view(refs[0].model_copy(update={"offset": arena.nbytes - 8}))
+    finally:
+        arena.close()
+
+
+def test_a_snapshot_is_an_exact_copy():
+    for shape in [(0,), (1,), (5, 3), (64, 257)]:
+        v = torch.randn(shape)
+        snap = _snapshot(v)
+        assert torch.equal(snap, v) and (v.numel() == 0 or snap.data_ptr() != v.data_ptr())
+
+
+@pytest.fixture(scope="module")
+def reference_runner(tmp_path_factory):
+    """A real runner holding bias_relu's reference, as the judge starts it (unconfined here)."""
+    source = (TASKS / "bias_relu.py").read_text()
+    runner = RemoteRunner.spawn("the reference's runner")
+    workdir = tmp_path_factory.mktemp("runner")
+    assert runner.load(Import(role="reference", source=source, workdir=str(workdir), device="cpu")).ok
+    assert runner.request(init_request(7, [256])).ok
+    yield runner
+    runner.kill()
+
+
+def _bias_relu(seed: int):
+    from kernelwright.evaluate.work import load_reference
+
+    module, _ = load_reference((TASKS / "bias_relu.py").read_text())
+    torch.manual_seed(seed)
+    return module.Model(256)
+
+
+def test_a_runner_serves_calls_through_its_arena(reference_runner):
+    model = _bias_relu(7)  # the same seed: the same bias
+    served = Served(reference_runner, like=[torch.empty(64, 256)])
+    for _ in range(3):
+        x = torch.randn(64, 256)
+        staged = served.stage([x])
+        assert torch.isnan(staged.out_views[0]).all()  # pre-filled: nothing unwritten passes
+        out = served.run(staged)
+        assert torch.equal(out[0], model(x).detach())
+        assert torch.equal(served.inputs_after(staged)[0], x)
+
+
+def test_an_output_that_does_not_fit_comes_back_as_a_placeholder(reference_runner):
+    from kernelwright.evaluate.compare import compare, tolerance_for
+
+    ref = torch.empty(64, 128)  # buffers shaped for another output than the runner's
+    out, reply = reference_runner.run(reference_runner.stage([torch.randn(64, 256)], [ref]))
+    assert not reply.ok and reply.kind == "spec" and out[0].device.type == "meta"
+    result = compare([ref], out, tolerance_for([ref], None, None), 0)
+    assert result.kind == "shape" and "(64, 256)" in result.message
+
+
+def test_a_dead_runner_is_named_with_its_signal():
+    runner = RemoteRunner.spawn("the candidate's process")
+    runner.proc.kill()
+    with pytest.raises(RunnerGone) as e:
+        runner.request(link.Checks())
+    assert "SIGKILL" in e.value.how
+    runner.kill()
+
+
+def test_the_candidates_runner_holds_only_its_socket(tmp_path):
+    """Started as the sandbox starts the judge: the judge's child holds stdio and one socket, not
+    the result pipe. (That it cannot open the judge's descriptors or memory either is
+    test_forged_verdicts.py's forge_reach_judge, inside a real sandbox.)"""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from kernelwright.evaluate.evaluator import _PKG_ROOT
+
+    read_fd, write_fd = os.pipe()
+    judge = subprocess.Popen([sys.executable, "-m", "kernelwright.evaluate.judge", str(write_fd)],
+                             stdin=subprocess.PIPE, pass_fds=(write_fd,), cwd=tmp_path,
+                             env={**os.environ, "PYTHONPATH": _PKG_ROOT})
+    os.close(write_fd)
+    try:
+        deadline = time.monotonic() + 120
+        runner_pid = None
+        while time.monotonic() < deadline and runner_pid is None:
+            for entry in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == judge.pid:
+                            runner_pid = int(entry)
+                except (OSError, ValueError, IndexError):
+                    continue
+            time.sleep(0.2)
+        assert runner_pid is not None, "the judge started no runner"
+        assert judge.poll() is None
+        kinds = sorted(os.readlink(f"/proc/{runner_pid}/fd/{n}").split(":")[0]
+                       for n in os.listdir(f"/proc/{runner_pid}/fd") if int(n) > 2)
+        assert "pipe" not in kinds and kinds.count("socket") == 1, kinds
+    finally:
+        judge.kill()
+        judge.wait()
+        os.close(read_fd)
