@@ -57,6 +57,18 @@ def scope_of(code_hash: str) -> str:
     return code_hash[:24]
 
 
+def torch_version() -> Optional[str]:
+    """torch's version as its package metadata says, read without importing torch. The parent and
+    the worker both key builds with it: a build of torch reports `torch.__version__` differently
+    from its metadata on some machines (the H200's image), and one source keeps the keys equal."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def build_key(arguments: dict, arch: str, torch_version: str) -> str:
     """What names a build: load_inline's arguments as passed (not the build folder or verbosity),
     the CUDA arch list and the torch version. One function for the worker and the parent."""

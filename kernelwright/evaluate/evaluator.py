@@ -9,7 +9,6 @@ returns, and the next evaluation on that GPU checks again before it starts.
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import os
 import re
@@ -391,10 +390,9 @@ def shared_builds(code: str, cfg: EvalConfig, job: dict[str, Any], run: SandboxR
     specs = buildspec.literal_builds(code)
     if not specs.builds:
         return None
-    try:
-        torch_version = importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    torch_version = buildcache.torch_version()
+    if torch_version is None:
+        return None  # the worker keys by torch.__version__ then: nothing to share safely
     started = time.monotonic()
     env = sandbox_env(cfg)
     arch = _gpu_arch(job["device"]) if job["device"].startswith("cuda") else env.get("TORCH_CUDA_ARCH_LIST", "")

@@ -141,7 +141,8 @@ def _keyed_build(real: Callable[..., Any], signature: inspect.Signature, place: 
         bound = signature.bind(*args, **kwargs)
     except TypeError:
         return real(*args, **kwargs)  # let load_inline raise its own, genuine TypeError
-    key = buildcache.build_key(dict(bound.arguments), os.environ.get("TORCH_CUDA_ARCH_LIST", ""), torch.__version__)
+    key = buildcache.build_key(dict(bound.arguments), os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
+                               buildcache.torch_version() or torch.__version__)
     name = str(bound.arguments.get("name"))
     python_module = bound.arguments.get("is_python_module", True)
     # a standalone build is an executable, not a library to load: always built here

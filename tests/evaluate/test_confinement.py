@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import importlib.metadata
 import json
 import os
 import shutil
@@ -146,7 +145,7 @@ def watched(study, fast_cfg, monkeypatch, tmp_path):
         # load_inline arguments (nothing else in the shared scope)
         scope = buildcache.scope_of(result.candidate_hash)
         keys = {buildcache.build_key(b.arguments, os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
-                                     importlib.metadata.version("torch"))
+                                     buildcache.torch_version())
                 for b in literal_builds((HOSTILE / name).read_text()).builds}
         own = (f"builds/{scope}/", *(f"builds/{buildcache.SHARED}/{k}" for k in keys))
         assert {k: v for k, v in after.items() if not k.startswith(own)} == before_cache
