@@ -12,7 +12,7 @@ COLORS = {
     "correct": "#1a9850", "no_custom_kernel": "#a6d96a", "compiled": "#d9ef8b",
     "wrong_output": "#fdae61", "shape_mismatch": "#fee08b", "runtime_error": "#f46d43",
     "compile_error": "#d73027", "hallucinated_api": "#a50026", "syntax_error": "#762a83",
-    "no_code": "#bababa", "timeout": "#4575b4", "crash": "#313695", "cheat": "#000000",
+    "no_code": "#bababa", "not_built": "#e0e0e0", "timeout": "#4575b4", "crash": "#313695", "cheat": "#000000",
     "static_violation": "#8c510a", "cell_failed": "#ff00ff", "none": "#ffffff",
 }
 
