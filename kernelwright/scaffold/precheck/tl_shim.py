@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import os
 import sys
 import tempfile
 from array import array
@@ -60,7 +61,10 @@ def job(seg: Segment, probes: Probes, regions: list[str]) -> dict:
 def run(seg: Segment, target: str, probes: Probes, regions: list[str]) -> list[RegionRun]:
     del target  # always triton here
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
-        code, stdout = confined_run([sys.executable, "-I", str(CHILD)], tmp, [], RUN_TIMEOUT_S,
+        # the script and the interpreter (with NumPy) must be visible inside the confinement, whose
+        # /tmp is private: a checkout or a virtual environment under /tmp would vanish there
+        visible = sorted({os.path.realpath(p) for p in (str(CHILD.parent), sys.prefix, sys.base_prefix)})
+        code, stdout = confined_run([sys.executable, "-I", str(CHILD)], tmp, visible, RUN_TIMEOUT_S,
                                     stdin=json.dumps(job(seg, probes, regions)))
     replies = {}
     for line in stdout.splitlines():
