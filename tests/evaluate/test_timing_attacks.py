@@ -47,7 +47,6 @@ CHEATS = [
     ("timing_first_calls.py", Verdict.CHEAT, "wrong output on timed calls", None),
     ("timing_stale_output.py", Verdict.CHEAT, "wrong output on timed calls", None),
     ("timing_stale_cpp.py", Verdict.CHEAT, "wrong output on timed calls", None),
-    ("timing_correctness_only.py", Verdict.STATIC_VIOLATION, "wrong output on timed calls", Verdict.CHEAT),
 ]
 
 
@@ -61,6 +60,16 @@ def test_gaming_the_timed_calls_is_a_cheat(bias_relu, fast_cfg, name, verdict, r
         assert r.verdict == dynamic, (r.error, r.output_tail)
     assert reason in r.cheat_reasons, (r.cheat_reasons, r.error)
     assert r.speedup is None and not r.correct
+
+
+@pytest.mark.build
+def test_a_candidate_cannot_tell_the_trials_from_the_timed_calls(bias_relu, fast_cfg):
+    """It looks for the evaluator's trial functions among its callers; in the runner every call comes
+    from the same request handler, so it gives its fast wrong answer in the first trial (the
+    in-process worker caught it only in the timing loop: cheat)."""
+    assert run(bias_relu, "timing_correctness_only.py", fast_cfg()).verdict == Verdict.STATIC_VIOLATION
+    r = run(bias_relu, "timing_correctness_only.py", fast_cfg(static_checks=False))
+    assert r.verdict == Verdict.WRONG_OUTPUT and r.trials == 1, (r.error, r.output_tail)
 
 
 def test_rewriting_inputs_in_the_timed_calls_is_a_cheat(bias_relu, fast_cfg):
