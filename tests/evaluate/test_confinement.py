@@ -136,7 +136,9 @@ def watched(study, fast_cfg, monkeypatch, tmp_path):
         cfg = fast_cfg(static_checks=False, cache_dir=str(cache), extra_env={"KW_CONFINE_TEST": mark}, **overrides)
         result = evaluate(task, (HOSTILE / name).read_text(), cfg)
         assert _processes_with(mark) == [], "a process of the evaluation outlived it"
-        for marker in MARKERS:
+        # the markers this candidate's text holds: another test's fixture may be running on the
+        # other xdist worker right now, with its own
+        for marker in (m for m in MARKERS if m in (HOSTILE / name).read_text()):
             assert _processes_with(marker) == [], f"a process the candidate started ({marker}) outlived it"
         assert _tree_digest(study) == before_study, "a file of the study changed"
         after = _tree_digest(cache)
