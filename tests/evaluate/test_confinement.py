@@ -312,6 +312,7 @@ def test_a_poisoned_cache_entry_is_refused_and_rebuilt(fast_cfg, tmp_path):
     assert third.verdict == Verdict.CORRECT and third.builds[0]["cache"] == "hit"
 
 
+@pytest.mark.build
 def test_a_poisoned_shared_entry_is_refused_and_rebuilt_by_the_builder(fast_cfg, tmp_path):
     task = load_task(str(TASKS / "bias_relu.py"))
     text = (CANDIDATES / "cpu" / "correct_cpp.py").read_text()
