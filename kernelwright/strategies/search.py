@@ -251,8 +251,7 @@ def _repair_prompt(ctx: RunContext, samples: list[Sample], batch: list[Attempt])
     failing = [s for s in _distinct(samples) if s.region.strip()]
     if not failing:
         return None
-    s = sorted(failing, key=lambda x: (not x.built, -x.votes, x.index))[0] if any(x.built for x in failing) \
-        else sorted(failing, key=lambda x: (-x.votes, x.index))[0]
+    s = min(failing, key=lambda x: (not x.built, -x.votes, x.index))  # a built one first, then by votes
     attempt = batch[s.index]
     if _refuted(s.check):
         problem = s.check.render()
