@@ -141,8 +141,10 @@ def test_a_full_disk_is_an_infrastructure_error_never_the_candidates(bias_relu, 
 
     from kernelwright.evaluate import InfrastructureError
 
-    # a candidate of its own (builds are cached per candidate, and the run's cache is shared): it must build
-    source = (CANDIDATES / "cpu" / "correct_cpp.py").read_text() + f"\n# {tiny_disk}\n"
+    # a build of its own: a comment inside the C++ source changes the build key (builds are shared by
+    # key across candidates, and the run's cache is shared), so this candidate must build
+    source = (CANDIDATES / "cpu" / "correct_cpp.py").read_text()
+    source = source.replace("#include <torch/extension.h>", f"#include <torch/extension.h>\n// {tiny_disk}", 1)
     # builds run in the worker's scratch: a full disk there stops the evaluation with no verdict
     monkeypatch.setattr(tempfile, "tempdir", str(tiny_disk))
     with pytest.raises(InfrastructureError, match="no space left on device"):

@@ -227,6 +227,28 @@ def cache_dir() -> Path:
     return Path(os.environ.get("KERNELWRIGHT_TEST_CACHE", Path.home() / ".cache" / "kernelwright" / "tests"))
 
 
+# torch's build lock (cpp_extension's FileBaton) is a bare file that a killed build leaves behind;
+# torch then waits on it forever, in every later run that shares the folder. No test build here lives
+# longer than this, so an older lock is a dead build's.
+STALE_LOCK_S = 900.0
+
+
+def extensions_dir() -> Path:
+    """The extensions folder shared by test runs (a rerun with unchanged source reuses a build, as a
+    user's would), with the locks of builds killed in earlier runs removed."""
+    import time
+
+    root = cache_dir() / "torch_extensions"
+    for lock in root.glob("*/lock"):
+        try:
+            if time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+                log.warning("removing a dead build's lock %s", lock)
+                lock.unlink()
+        except OSError:
+            pass  # another worker removed it first
+    return root
+
+
 def success_stamp(kind: str, *inputs: str) -> Path:
     """Where a passed compile of exactly these inputs is remembered: the compile is deterministic,
     so a second run with identical sources, flags and compilers need not pay for it again.

@@ -102,8 +102,7 @@ def _run_program(snippet: S.Snippet, tmp_path: Path, env_extra: dict[str, str]) 
 @pytest.mark.build
 @pytest.mark.parametrize("snippet", CPU_PROGRAMS, ids=_ids(CPU_PROGRAMS))
 def test_cpu_program_builds_and_matches_torch(snippet, tmp_path):
-    # A fixed extensions folder: a rerun with unchanged source reuses the build, as a user's would.
-    _run_program(snippet, tmp_path, {"TORCH_EXTENSIONS_DIR": str(S.cache_dir() / "torch_extensions")})
+    _run_program(snippet, tmp_path, {"TORCH_EXTENSIONS_DIR": str(S.extensions_dir())})
 
 
 @pytest.mark.build
@@ -114,7 +113,7 @@ def test_cpp_blocks_build_with_load_inline():
     parts = [S.Part(s.code, s.path, s.line, f"kwnote_{i}") for i, s in enumerate(blocks)]
     source = S.translation_unit(parts)
     name = "kw_notes_cpp_" + S.success_stamp("cpp", source).stem.split("-")[1][:12]
-    build = S.cache_dir() / "torch_extensions" / name
+    build = S.extensions_dir() / name
     build.mkdir(parents=True, exist_ok=True)
     try:
         cpp_extension.load_inline(name=name, cpp_sources=[source], extra_cflags=["-O1", "-fopenmp"],
@@ -134,7 +133,7 @@ def test_activation_formulas_match_pytorch_on_cpu():
     assert defined == checked, f"check every device function of the note: new {defined - checked}, gone {checked - defined}"
     source = H.activation_cpu_source(block)
     name = "kw_notes_act_" + S.success_stamp("act", source).stem.split("-")[1][:12]
-    build = S.cache_dir() / "torch_extensions" / name
+    build = S.extensions_dir() / name
     build.mkdir(parents=True, exist_ok=True)
     ext = cpp_extension.load_inline(name=name, cpp_sources=source, functions=["apply"], extra_cflags=["-O2"],
                                     build_directory=str(build))
