@@ -61,7 +61,30 @@ def _round_up(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-class Arena:
+class Placement:
+    """The bump allocator of an arena of `nbytes` (this memfd one, or cuda_arena.CudaArena)."""
+
+    nbytes: int
+    cursor: int = 0
+
+    def place(self, dtype: torch.dtype, shape: Any) -> TensorRef:
+        """Room for one tensor after the previous one, wrapping to the start when full. The caller
+        sizes the arena (`fits`) so that one call's tensors never wrap onto each other."""
+        ref = TensorRef(offset=0, dtype=dtype_name(dtype), shape=list(shape))
+        need = _round_up(ref.nbytes())
+        if self.cursor + need > self.nbytes:
+            self.cursor = 0
+        ref.offset = self.cursor
+        self.cursor += need
+        return ref
+
+    def fits(self, nbytes: int) -> bool:
+        """Whether a call needing `nbytes` leaves room for other calls: a quarter of the arena at
+        most, so the next calls land elsewhere."""
+        return 4 * nbytes <= self.nbytes
+
+
+class Arena(Placement):
     """A shared mapping of a memfd. The judge `create`s one; a runner `attach`es to its fd."""
 
     def __init__(self, fd: int, nbytes: int):
@@ -91,22 +114,6 @@ class Arena:
         if numel == 0:
             return torch.empty(ref.shape, dtype=dtype)
         return torch.frombuffer(self.mm, dtype=dtype, count=numel, offset=ref.offset).view(ref.shape)
-
-    def place(self, dtype: torch.dtype, shape: Any) -> TensorRef:
-        """Room for one tensor after the previous one, wrapping to the start when full. The caller
-        sizes the arena (`fits`) so that one call's tensors never wrap onto each other."""
-        ref = TensorRef(offset=0, dtype=dtype_name(dtype), shape=list(shape))
-        need = _round_up(ref.nbytes())
-        if self.cursor + need > self.nbytes:
-            self.cursor = 0
-        ref.offset = self.cursor
-        self.cursor += need
-        return ref
-
-    def fits(self, nbytes: int) -> bool:
-        """Whether a call needing `nbytes` leaves room for other calls: a quarter of the arena at
-        most, so the next calls land elsewhere."""
-        return 4 * nbytes <= self.nbytes
 
     def close(self) -> None:
         try:

@@ -54,7 +54,7 @@ class Judge:
     def __init__(self, job: dict[str, Any], ch: Channel, cand: Any, ref_runner: Optional[Any] = None):
         self.job, self.ch, self.cand = job, ch, cand
         self.ref_runner = ref_runner
-        self.fields: dict[str, Any] = {}
+        self.fields: dict[str, Any] = {"judge": "split"}
         self.current = "start-up"
 
     def stage(self, name: str) -> Any:
@@ -92,12 +92,12 @@ class Judge:
         return Finish(verdict, reply.error)
 
     def _call(self, inputs: list[Any], like: list[Any], probe: str = "none",
-              perturb: Optional[list[str]] = None) -> tuple[list[Any], Any]:
+              perturb: Optional[list[str]] = None, join_check: bool = False) -> tuple[list[Any], Any]:
         from kernelwright.evaluate.remote import Refused
 
         try:
             staged = self._ask(self.cand.stage, inputs, like)
-            return self._ask(self.cand.run, staged, "main", probe, perturb)
+            return self._ask(self.cand.run, staged, "main", probe, perturb, join_check)
         except Refused as e:
             raise self._claim(e.reply) from None
 
@@ -129,14 +129,22 @@ class Judge:
             self.torch, self.compare, self.timing, self.work, self.draw = torch, compare, timing, work, draw
             self.device_lock = device_lock
             if timed:
-                from kernelwright.analysis.roofline import cpu_peaks
+                from kernelwright.analysis.roofline import cpu_peaks, device_peaks
 
-                self.cpu_peaks = cpu_peaks
+                self.peaks = (cpu_peaks, device_peaks)
             self.device = torch.device(job["device"])
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
             self.fields["versions"] = {"torch": torch.__version__, "cuda": str(torch.version.cuda),
                                        "python": sys.version.split()[0]}
+            if self.device.type == "cuda":
+                # CUDA starts here, after the runners were forked (a fork of a CUDA process is unusable)
+                torch.cuda.set_device(self.device)
+                self.device = torch.device("cuda", torch.cuda.current_device())
+                self.fields["versions"]["gpu"] = torch.cuda.get_device_name(self.device)
+            for held in (self.cand, self.ref_runner):
+                if held is not None:
+                    held.device = self.device  # where their arenas live
 
         with self.stage("load_reference"):
             try:
@@ -215,7 +223,7 @@ class Judge:
             # The reference runs here, in another process: memory the candidate did not write
             # cannot hold its answer, whichever runs first, so its outputs shape the buffers.
             out_r = self._reference(inputs)
-            out_c, reply = self._call(inputs, out_r)
+            out_c, reply = self._call(inputs, out_r, join_check=True)
             calls_per_trial.append(sum(reply.calls.values()))
             for key, n in reply.calls.items():
                 custom[key] = custom.get(key, 0) + n
@@ -266,7 +274,7 @@ class Judge:
         try:
             pair = self._ask(timing.time_served_pair, cand_served, ref_served, draw, check,
                              self.device, cfg, self._bandwidth())
-            fields = timing.pair_fields(pair, False)
+            fields = timing.pair_fields(pair, self.device.type == "cuda")
         except timing.TimedCallRejected as e:
             raise Finish("cheat", e.message, cheat_reasons=[e.reason]) from e
         except Refused as e:
@@ -280,9 +288,15 @@ class Judge:
             self._compile_baseline(draw, check, cfg, cand)
 
     def _bandwidth(self) -> Optional[float]:
+        """Memory bandwidth for the floor: measured on this CPU (cached per machine in the cache
+        folder), the table's figure for a known GPU; None for a GPU we have no figure for."""
         from pathlib import Path
 
-        return self.cpu_peaks(Path(self.job["builds_root"]).parent).bandwidth
+        cpu_peaks, device_peaks = self.peaks
+        if self.device.type == "cuda":
+            peaks = device_peaks(str(self.device))
+            return peaks.bandwidth if peaks.sources.get("bandwidth") != "assumed" else None
+        return cpu_peaks(Path(self.job["builds_root"]).parent).bandwidth
 
     def _compile_baseline(self, draw: Any, check: Any, cfg: Any, cand: Any) -> None:
         """torch.compile(reference) in the reference's runner, timed against the eager reference there

@@ -66,7 +66,8 @@ class Init(BaseModel):
 
 class SetArena(BaseModel):
     op: Literal["arena"] = "arena"
-    nbytes: int  # the memfd travels with this frame
+    nbytes: int  # on the CPU the memfd travels with this frame
+    cuda_handle: Optional[str] = None  # on a GPU: the allocation's CUDA IPC handle (cuda_arena.py), hex
 
 
 class Call(BaseModel):
@@ -76,6 +77,7 @@ class Call(BaseModel):
     outputs: list[Optional[TensorRef]]  # the reference's output structure: a buffer per tensor, None per value
     probe: Literal["none", "time", "inspect", "perturb", "count_ops"] = "none"
     perturb: list[str] = Field(default_factory=list)
+    join_check: bool = False  # GPU: is an output still being written once forward returned?
 
 
 class Threads(BaseModel):

@@ -63,7 +63,8 @@ class Staged:
 class RemoteRunner:
     def __init__(self, proc: Any, sock: socket.socket, name: str):  # a Popen or a runner.Forked
         self.proc, self.sock, self.name = proc, sock, name
-        self.arena: Optional[Arena] = None
+        self.arena: Optional[Any] = None  # an Arena (memfd) on the CPU, a CudaArena on a GPU
+        self.device = torch.device("cpu")  # where the arena lives: the judge sets it from the job
 
     @classmethod
     def spawn(cls, name: str) -> "RemoteRunner":
@@ -158,18 +159,23 @@ class RemoteRunner:
         return Staged(inputs=inputs, args=args, in_views=in_views, outputs=outputs, out_views=out_views)
 
     def run(self, staged: Staged, model: str = "main", probe: str = "none",
-            perturb: Optional[list[str]] = None) -> tuple[list[Any], Reply]:
+            perturb: Optional[list[str]] = None, join_check: bool = False) -> tuple[list[Any], Reply]:
         """Write the inputs, call, and copy the outputs out: (outputs, reply). What the candidate
         returned when it did not fit the buffers comes back as placeholders that compare.py judges
         like the real thing (count, shape, dtype, subclass). Raises Refused for an error reply."""
         for view, x in zip(staged.in_views, staged.inputs):
             if view is not None:
                 view.copy_(x)
+        if self.device.type == "cuda":
+            # the runner's context does not wait on this process's stream: the inputs (and the
+            # prefilled output buffers) must be in place before the request goes out
+            torch.cuda.current_stream(self.device).synchronize()
         reply = self.request(Call(model=model, args=staged.args, outputs=staged.outputs, probe=probe,
-                                  perturb=perturb or []))
+                                  perturb=perturb or [], join_check=join_check))
         if reply.ok:
             values = iter(reply.values)
-            out = [_snapshot(v) if v is not None else next(values, None) for v in staged.out_views]
+            snap = _snapshot if self.device.type == "cpu" else _device_copy
+            out = [snap(v) if v is not None else next(values, None) for v in staged.out_views]
             return out, reply
         if reply.kind in ("spec", "subclass"):
             return _placeholders(reply, staged), reply
@@ -182,9 +188,17 @@ class RemoteRunner:
     def _room(self, nbytes: int) -> None:
         if self.arena is not None and self.arena.fits(nbytes):
             return
-        arena = Arena.create(max(MIN_ARENA_BYTES, 4 * nbytes))
-        reply = self.request(link.SetArena(nbytes=arena.nbytes), fds=(arena.fd,))
+        size = max(MIN_ARENA_BYTES, 4 * nbytes)
+        if self.device.type == "cuda":
+            from kernelwright.evaluate.cuda_arena import CudaArena
+
+            arena: Any = CudaArena.create(size, self.device)
+            reply = self.request(link.SetArena(nbytes=arena.nbytes, cuda_handle=arena.handle()))
+        else:
+            arena = Arena.create(size)
+            reply = self.request(link.SetArena(nbytes=arena.nbytes), fds=(arena.fd,))
         if not reply.ok:
+            arena.close()
             raise Refused(reply, self)
         if self.arena is not None:
             self.arena.close()
@@ -210,6 +224,14 @@ def _snapshot(view: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _device_copy(view: torch.Tensor) -> torch.Tensor:
+    """A private copy of an output buffer on a GPU: one copy on the judge's stream, which the
+    caller's device synchronize ends. (The CPU's random chunk order guards against a thread
+    writing behind the read; on a GPU every byte read is either final or makes the check fail, and
+    either way the work ended before the clock stops.)"""
+    return view.clone()
+
+
 def init_request(seed: int, init_inputs: list[Any]) -> link.Init:
     return link.Init(seed=seed, init_pickle=base64.b64encode(pickle.dumps(init_inputs)).decode())
 
@@ -218,10 +240,11 @@ def _prefill(view: torch.Tensor) -> None:
     if view.is_floating_point() or view.is_complex():
         view.fill_(float("nan"))
     elif view.dtype == torch.bool:
-        view.copy_(torch.randint(0, 2, view.shape, dtype=torch.bool))
+        view.copy_(torch.randint(0, 2, view.shape, dtype=torch.bool, device=view.device))
     else:
         info = torch.iinfo(view.dtype)
-        view.copy_(torch.randint(max(info.min, -2**31), min(info.max, 2**31 - 1), view.shape, dtype=view.dtype))
+        view.copy_(torch.randint(max(info.min, -2**31), min(info.max, 2**31 - 1), view.shape, dtype=view.dtype,
+                                 device=view.device))
 
 
 class _Claimed(torch.Tensor):

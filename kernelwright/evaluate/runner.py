@@ -85,6 +85,13 @@ class Runner:
 
         torch = self.torch
         self.device = torch.device(req.device)
+        if self.device.type == "cuda":
+            # one name for the device (outputs report cuda:0, never bare cuda), and builds for the
+            # GPU this runs on
+            torch.cuda.set_device(self.device)
+            self.device = torch.device("cuda", torch.cuda.current_device())
+            major, minor = torch.cuda.get_device_capability(self.device)
+            os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
         os.chdir(req.workdir)
         # fp32 means fp32: TF32 off for matmul and cuDNN, for the reference and the candidate alike.
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -158,6 +165,13 @@ class Runner:
 
         if self.arena is not None:
             self.arena.close()
+        if req.cuda_handle is not None:
+            from kernelwright.evaluate.cuda_arena import CudaArena
+
+            for extra in fds:
+                os.close(extra)
+            self.arena = CudaArena.attach(req.cuda_handle, req.nbytes, self.device)
+            return Reply(ok=True)
         self.arena = Arena.attach(fds[0], req.nbytes)
         for extra in fds[1:]:
             os.close(extra)
@@ -215,6 +229,10 @@ class Runner:
                 if req.probe == "count_ops":
                     return Reply(ok=True, calls=instrument.count_new_op_calls(self.new_ops, lambda: model(*args)))
                 out = model(*args)
+            if req.join_check and self.device.type == "cuda":
+                unjoined = self._unjoined(out)
+                if unjoined:
+                    return Reply(ok=False, kind="error", verdict="cheat", error=unjoined)
             self._sync()
         except SystemExit as e:
             return Reply(ok=False, kind="exit", error=f"the candidate called sys.exit({e.code!r})")
@@ -268,6 +286,22 @@ class Runner:
             return OutSpec(tensor=True, shape=list(item.shape)[:64], dtype=dtype_name(item.dtype),
                            device=str(item.device))
         return OutSpec(tensor=False, dtype=type(item).__name__)
+
+    def _unjoined(self, out: Any) -> Optional[str]:
+        """Work on another stream that forward did not join to the caller's: a snapshot on the
+        current stream (it runs after everything forward queued there) differs from the outputs
+        once the whole device is done. A claim against the candidate, so its own process may run it."""
+        from kernelwright.evaluate.compare import flatten, identical
+
+        torch = self.torch
+        tensors = [t for t in flatten(out) if isinstance(t, torch.Tensor) and t.is_cuda]
+        snap = [t.clone() for t in tensors]
+        torch.cuda.current_stream(self.device).synchronize()
+        torch.cuda.synchronize(self.device)
+        if all(identical(s, t) for s, t in zip(snap, tensors)):
+            return None
+        return ("the output changed after forward returned: work on another stream was not joined to the "
+                "caller's stream")
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

@@ -53,7 +53,7 @@ from kernelwright.evaluate.channel import Channel  # noqa: E402
 class Worker:
     def __init__(self, job: dict[str, Any], ch: Channel):
         self.job, self.ch = job, ch
-        self.fields: dict[str, Any] = {}
+        self.fields: dict[str, Any] = {"judge": "in-process"}
 
     def stage(self, name: str) -> Any:
         return self.ch.stage(name)

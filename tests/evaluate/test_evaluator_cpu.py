@@ -69,6 +69,7 @@ def test_verdicts(bias_relu, fast_cfg, name, expected, expected_dynamic):
 def test_correct_record_is_complete(bias_relu, fast_cfg):
     r = run(bias_relu, "correct_cpp.py", fast_cfg())
     assert r.verdict == Verdict.CORRECT and r.compiled and r.correct and r.custom_kernel
+    assert r.judge == "split"  # written by the judge, which never imported the candidate
     assert r.custom_calls.get("kw_fixture_bias_relu.bias_relu", 0) >= 3
     assert r.speedup is not None and r.runtime_ms > 0 and r.ref_runtime_ms > 0
     assert r.timing.calls == 20 and r.ref_timing.calls == 20

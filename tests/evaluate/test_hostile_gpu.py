@@ -1,5 +1,6 @@
-"""Hostile candidates on a real GPU: the CUDA and Triton forms of the timing and work attacks that
-tests/evaluate/test_timing_attacks.py and test_work_not_presence.py prove on the CPU.
+"""Hostile candidates on a real GPU: the CUDA and Triton forms of the timing, work and forged-verdict
+attacks that tests/evaluate/test_timing_attacks.py, test_work_not_presence.py and
+test_forged_verdicts.py prove on the CPU.
 
 Judged with the static rules off: what is proved here is the dynamic layer on the GPU (fresh
 inputs and an output check on every timed call, inputs compared after each call, the work stage).
@@ -31,6 +32,10 @@ CASES = [
     (HOSTILE / "resize_input_cuda.py", {Verdict.CHEAT}, "modified its inputs"),
     # a memo that ever hits serves another call's output (caught); one that never hits is honest
     (HOSTILE / "memo_ptr_cuda.py", {Verdict.CHEAT, Verdict.CORRECT}, ""),
+    # forged verdicts: the judge, which writes the verdict, never imports the candidate
+    (HOSTILE / "forge_json_dumps_triton.py", {Verdict.WRONG_OUTPUT}, "differs from the reference"),
+    (HOSTILE / "forge_os_write_triton.py", {Verdict.WRONG_OUTPUT}, "differs from the reference"),
+    (HOSTILE / "forge_traceback_triton.py", {Verdict.WRONG_OUTPUT, Verdict.CRASH}, ""),
 ]
 
 
@@ -41,8 +46,10 @@ def task():
 
 @pytest.mark.parametrize("path,allowed,words", CASES, ids=[c[0].name for c in CASES])
 def test_gpu_hostile(task, fast_cfg, path, allowed, words):
-    r = evaluate(task, path.read_text(), fast_cfg(device="cuda", iters=100, warmup=10, static_checks=False))
+    r = evaluate(task, path.read_text(), fast_cfg(device="cuda", iters=100, warmup=10, static_checks=False,
+                                                  gpu_split=True))
     assert r.verdict in allowed, (r.verdict, r.error, r.output_tail)
+    assert r.judge == "split"
     if r.verdict == Verdict.CORRECT:
         # the memo never served a timed call: no speedup it could have made (a served output costs no
         # kernel at all, far more than the honest fusion's ~2x over two PyTorch kernels)
