@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from kernelwright.records import Verdict
 from kernelwright.study import metrics
 from kernelwright.study.metrics import GroupStats, Scored
+from kernelwright.study.records import StudyAttempt
 
 
 @dataclass
@@ -175,8 +176,51 @@ def table_iv(scored: list[Scored]) -> Table:
                    "task_missing (an imported problem no task matches).")])
 
 
+# -- Table V ---------------------------------------------------------------------------------------
+
+
+_DECIDED_BEFORE_BUILD = {Verdict.NO_CODE, Verdict.SYNTAX_ERROR, Verdict.STATIC_VIOLATION, Verdict.NOT_BUILT}
+
+
+def _funnel_step(a: StudyAttempt) -> tuple[bool, bool, bool, bool]:
+    """(distinct, pre-checked, refuted by the pre-check, built) for one attempt. `search` says
+    which samples were duplicates and which it built (notes["search"]); for the other regimes an
+    attempt was built unless it was decided before the sandbox (no code, syntax, a static rule, a
+    pre-check's refutation)."""
+    note = a.notes.get("search")
+    precheck = any(s.name == "precheck" for s in a.eval.stages)
+    refuted = any(s.name == "precheck" and not s.ok for s in a.eval.stages)
+    if isinstance(note, dict):
+        distinct = note.get("duplicate_of") is None
+        return distinct, precheck and distinct, refuted and distinct, bool(note.get("built"))
+    return True, precheck, refuted, not refuted and a.eval.verdict not in _DECIDED_BEFORE_BUILD
+
+
+def table_v(scored: list[Scored]) -> Table:
+    rows = []
+    for g, items in metrics.groups(scored).items():
+        attempts = [a for s in items for a in s.attempts]
+        steps = [_funnel_step(a) for a in attempts]
+        verified = [a for a, step in zip(attempts, steps)
+                    if step[3] and a.eval.verdict == Verdict.CORRECT and a.eval.custom_kernel]
+        tokens = sum(a.usage.completion_tokens for a in attempts)
+        wall = sum(a.wall_s for a in attempts)
+        per = (lambda total, unit: f"{total / len(verified):.0f}{unit}") if verified else (lambda total, unit: "-")
+        rows.append([g, str(len(attempts)), str(sum(st[0] for st in steps)), str(sum(st[1] for st in steps)),
+                     str(sum(st[2] for st in steps)), str(sum(st[3] for st in steps)), str(len(verified)),
+                     per(tokens, ""), per(wall, " s")])
+    return Table("table5", "Table V: from samples to verified kernels, per regime",
+                 ["regime", "samples", "distinct", "pre-checked", "refuted by pre-check", "built",
+                  "verified kernels", "completion tokens / verified", "wall time / verified"], rows,
+                 ["A verified kernel is a built candidate the evaluator found correct with a custom kernel (several "
+                  "per cell count). 'built' counts candidates whose evaluation reached the sandbox (for `search`: "
+                  "the samples it chose to build; a duplicate carries its twin's verdict and is not built again). "
+                  "Tokens and wall time are every attempt's (generation, pre-check, build and evaluation), shared "
+                  "out over the verified kernels."])
+
+
 def all_tables(scored: list[Scored]) -> list[Table]:
-    return [table_i(scored), table_ii(scored), table_iii(scored), table_iv(scored)]
+    return [table_i(scored), table_ii(scored), table_iii(scored), table_iv(scored), table_v(scored)]
 
 
 # -- Markdown ----------------------------------------------------------------------------------------

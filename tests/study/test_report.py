@@ -48,7 +48,7 @@ def test_report_files_are_self_contained(tmp_path):
     r = CliRunner().invoke(app, ["study", "report", *map(str, FOLDERS), "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     md, html = (tmp_path / "REPORT.md").read_text(), (tmp_path / "report.html").read_text()
-    for t in ("Table I", "Table II", "Table III", "Table IV"):
+    for t in ("Table I", "Table II", "Table III", "Table IV", "Table V"):
         assert t in md and t in html
     assert "![Best-of-n scaling](figures/best_of_n.png)" in md
     for png in ("best_of_n.png", "matrix.png"):
@@ -114,3 +114,33 @@ def test_best_of_n_is_the_unbiased_estimate():
 def test_every_verdict_has_a_colour():
     assert {v.value for v in Verdict} <= set(COLORS)
 
+
+
+def test_table_v_counts_the_funnel_from_samples_to_verified_kernels():
+    """Search's own notes say which samples were duplicates and which it built; a pre-check's
+    refutation is a failed `precheck` stage; a verified kernel is a built, correct custom kernel."""
+    from kernelwright.records import Stage, Usage
+
+    key = "h/search/builtin/L1/01_x"
+    refuted = result(Verdict.WRONG_OUTPUT)
+    refuted.stages = [Stage(name="precheck", seconds=0.1, ok=False, detail="counterexample")]
+    passed = [Stage(name="precheck", seconds=0.1, ok=True)]
+    good, unbuilt = result(Verdict.CORRECT, speedup=1.5), result(Verdict.NOT_BUILT)
+    good.stages, unbuilt.stages = list(passed), list(passed)
+    made = []
+    for i, (r, note) in enumerate([(refuted, {"duplicate_of": None, "built": False}),
+                                   (refuted, {"duplicate_of": 0, "built": False}),
+                                   (good, {"duplicate_of": None, "built": True}),
+                                   (unbuilt, {"duplicate_of": None, "built": False})]):
+        a = attempt(key, "r1", 0, i, r)
+        a.notes = {"search": note}
+        a.usage, a.wall_s = Usage(completion_tokens=100), 10.0
+        made.append(a)
+    other = attempt("h/zero_shot/builtin/L1/01_x", "r1", 0, 0, result(Verdict.SYNTAX_ERROR))
+    scored = [metrics.Scored(cell=cell(key, "r1", made, made[2]), group="search", pick=made[2], attempts=made),
+              metrics.Scored(cell=cell(other.cell_key, "r1", [other], other), group="zero_shot", pick=other,
+                             attempts=[other])]
+    rows = {r[0]: r[1:] for r in tables.table_v(scored).rows}
+    # samples, distinct, pre-checked, refuted, built, verified, tokens / verified, wall / verified
+    assert rows["search"] == ["4", "3", "3", "1", "1", "1", "400", "40 s"]
+    assert rows["zero_shot"] == ["1", "1", "0", "0", "0", "0", "-", "-"]
