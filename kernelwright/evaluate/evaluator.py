@@ -431,11 +431,22 @@ def shared_builds(code: str, cfg: EvalConfig, job: dict[str, Any], run: SandboxR
 _arch_cache: dict[str, str] = {}
 
 
+def cuda_arch(device: str) -> str:
+    """The capability of `device` as the worker writes it ("9.0" on an H200), asked of a child
+    process so this one never creates a CUDA context."""
+    import subprocess
+
+    index = int(device.split(":")[1]) if ":" in device else 0
+    code = f"import torch; print('%d.%d' % torch.cuda.get_device_capability({index}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise GPUUnavailableError(device)
+    return out.stdout.strip().splitlines()[-1]
+
+
 def _gpu_arch(device: str) -> str:
     """The arch a worker on `device` builds for (it sets TORCH_CUDA_ARCH_LIST to the capability)."""
     if device not in _arch_cache:
-        from kernelwright.evaluate.pool import cuda_arch
-
         _arch_cache[device] = cuda_arch(device)
     return _arch_cache[device]
 

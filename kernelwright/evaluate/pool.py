@@ -32,8 +32,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import subprocess
-import sys
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -47,6 +45,7 @@ from kernelwright.evaluate.evaluator import (
     GPUUnavailableError,
     Prepared,
     check_gpu_after,
+    cuda_arch,
     precheck,
     run_prepared,
     validate_device,
@@ -74,17 +73,6 @@ def builds_extension(code: str) -> bool:
     """Whether a prebuild can do anything: only torch extension builds are cached ahead. (Triton
     compiles at a kernel's first launch, on the device: there is nothing to build before.)"""
     return "load_inline" in code or "cpp_extension" in code
-
-
-def cuda_arch(device: str) -> str:
-    """The capability of `device` as the worker writes it ("9.0" on an H200), asked of a child
-    process so this one never creates a CUDA context."""
-    index = int(device.split(":")[1]) if ":" in device else 0
-    code = f"import torch; print('%d.%d' % torch.cuda.get_device_capability({index}))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    if out.returncode != 0:
-        raise GPUUnavailableError(device)
-    return out.stdout.strip().splitlines()[-1]
 
 
 @dataclass

@@ -47,8 +47,8 @@ def optimize_cmd(
 
     Exit codes: 0 a verified faster kernel was kept; 2 bad input (before any generation) or the model stopped answering; 3 the GPU stopped answering; 4 nothing verified beats the reference.
     """
-    from kernelwright.cli import err, fail
-    from kernelwright.cli import out as stdout
+    from kernelwright.console import err, fail
+    from kernelwright.console import out as stdout
     from kernelwright.llm import BackendError, make_backend
     from kernelwright.llm.registry import is_embedded
     from kernelwright.optimize import inputs as inp

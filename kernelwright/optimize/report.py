@@ -18,6 +18,11 @@ from kernelwright.strategies import selection
 from kernelwright.study.tables import Table, markdown, ratio
 
 
+def kept_code(a: Attempt) -> str:
+    """The kept candidate's program as it was evaluated (after grounding repairs, if any)."""
+    return (a.repaired_code or a.code or "").rstrip() + "\n"
+
+
 def _ms(t: Optional[TimingStats]) -> str:
     return "n/a" if t is None else f"{t.median_ms:.4g} ms (IQR {t.p25_ms:.4g}-{t.p75_ms:.4g})"
 
@@ -151,7 +156,6 @@ def render_html(task: Task, o: Outcome, ts: list[Table], code: Optional[str]) ->
 
 
 def write(out_dir: Path, task: Task, o: Outcome, attempts: list[Attempt]) -> None:
-    from kernelwright.optimize.runner import kept_code
 
     kept = next((a for a in attempts if a.id == o.kept_id), None)
     code = None

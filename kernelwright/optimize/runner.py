@@ -42,9 +42,6 @@ def _facts(task: Task, analysis, facts_path: Optional[Path]) -> PromptFacts:
         facts.save(facts_path)
     return facts
 
-def kept_code(a: Attempt) -> str:
-    return (a.repaired_code or a.code or "").rstrip() + "\n"
-
 def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget: Budget, *,
              outputs: Optional[list[str]] = None, progress: ProgressFn = lambda e: None,
              facts_path: Optional[Path] = None) -> tuple[Outcome, list[Attempt]]:

@@ -1,0 +1,158 @@
+"""The package's import graph: no cycles between modules, and no import from a lower layer to a
+higher one (../shared/ARCHITECTURE.md: folders in pipeline order, each importing only from below).
+
+Every `import` and `from ... import` in the package counts, also those inside functions (a lazy
+import still ties the two modules together). `from pkg import name` is an edge to `pkg.name` when
+that is a module (importing a submodule is not a dependency on the package's other contents).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent / "kernelwright"
+
+# The layers, low to high: a module may import from its own layer and the layers before it.
+LAYERS = [
+    {"kernelwright", "records", "console", "childproc", "pyast", "extract"},
+    {"tasks"},
+    {"analysis"},
+    {"knowledge"},
+    {"prompts"},
+    {"llm"},
+    {"scaffold"},
+    {"evaluate"},
+    {"distributed"},
+    {"strategies"},
+    {"study"},
+    {"optimize"},
+    {"report_console"},
+    {"cli"},
+]
+# Upward imports that exist today and that issue #18's re-layout removes (device locks, input
+# draws and the timing loop move below analysis; the Ray executor into executors/ above evaluate;
+# the sandbox's confinement below the scaffold's pre-check). No new entry belongs here.
+KNOWN_UPWARD = {
+    ("kernelwright.analysis.roofline", "kernelwright.evaluate.device_lock"),
+    ("kernelwright.analysis.profile", "kernelwright.evaluate.device_lock"),
+    ("kernelwright.analysis.profile", "kernelwright.evaluate.timing"),
+    ("kernelwright.analysis.runner", "kernelwright.evaluate.draw"),
+    ("kernelwright.analysis.runner", "kernelwright.evaluate.evaluator"),
+    ("kernelwright.scaffold.precheck.confined", "kernelwright.evaluate.confine"),
+    ("kernelwright.scaffold.__main__", "kernelwright.evaluate.draw"),
+    ("kernelwright.evaluate.executors", "kernelwright.distributed.ray_executor"),
+}
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        mods[name] = path
+    return mods
+
+
+def _edges(mods: dict[str, Path]) -> dict[str, set[str]]:
+    def known(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[str, set[str]] = defaultdict(set)
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                subs = [f"{source}.{a.name}" for a in node.names if f"{source}.{a.name}" in mods]
+                targets = subs + ([source] if len(subs) < len(node.names) else [])
+            for target in targets:
+                found = known(target) if target.startswith("kernelwright") else None
+                if found and found != name:
+                    edges[name].add(found)
+    return edges
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _layer(module: str) -> int:
+    unit = _unit(module)
+    for i, layer in enumerate(LAYERS):
+        if unit in layer:
+            return i
+    raise AssertionError(f"{module}: its folder {unit!r} has no layer in LAYERS (add it where it belongs)")
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges.get(root, ()))))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[v] = min(low[v], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                component = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.append(w)
+                    if w == v:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycles():
+    assert _cycles(_edges(_modules())) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_runs_up_the_layers():
+    edges = _edges(_modules())
+    upward = sorted((a, b) for a, targets in edges.items() for b in targets if _layer(b) > _layer(a))
+    new = [f"{a} -> {b}" for a, b in upward if (a, b) not in KNOWN_UPWARD]
+    assert not new, "imports from a lower layer to a higher one:\n" + "\n".join(new)
+    gone = sorted(KNOWN_UPWARD - set(upward))
+    assert not gone, f"no longer imported, remove from KNOWN_UPWARD: {gone}"
