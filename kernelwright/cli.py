@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.table import Table
 
 from kernelwright import __version__
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0] if __doc__ else None)
+HELP = ("A local code model rewrites PyTorch modules into custom kernels (C++ on a CPU, CUDA or Triton on a "
+        "GPU), and a sandboxed evaluator proves each one: custom code did the work, outputs match, timed by us. "
+        "Start with `optimize FILE`; `eval` checks one candidate; `study` runs controlled comparisons. "
+        "Exit codes: 0 done, 2 bad input, 3 a GPU stopped answering, 4 optimize kept nothing faster.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP)
 # one home for consoles, exit codes and `fail` (kernelwright/console.py); re-exported for callers
 from kernelwright.console import EXIT_BAD_INPUT, EXIT_GPU_GONE, err, fail, out  # noqa: E402,F401
 
@@ -28,6 +31,9 @@ def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what 
     # Which model runs where is said in one line, always: a default that silently downloads or
     # picks an engine would surprise.
     logging.getLogger("kernelwright.llm.registry").setLevel(logging.INFO)
+    # the embedded model's assembly (1.1 GB from PyPI chunks, about 40 s) and its one-time sha256
+    # check say what they are doing, part by part, rather than a silent wait
+    logging.getLogger("kernelwright.llm.local_model").setLevel(logging.INFO)
 
 
 @app.command("version")
@@ -45,11 +51,12 @@ def tasks_cmd(spec: str = typer.Argument("builtin", help="A file, a folder, buil
         tasks = load_tasks(spec)
     except TaskError as e:
         fail(str(e))
-    table = Table("id", "level", "name", box=None)
-    for t in tasks:
-        table.add_row(t.id, "" if t.level is None else str(t.level), t.name)
-    out.print(table)
-    out.print(f"{len(tasks)} task(s)")
+    # plain aligned lines, never cut at the terminal's width: ids and names are what a user copies
+    rows = [("id", "level", "name")] + [(t.id, "" if t.level is None else str(t.level), t.name) for t in tasks]
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    for r in rows:
+        print(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]}".rstrip())
+    print(f"{len(tasks)} task(s)")
 
 
 UNCONFINED_HELP = ("Run candidates even where a required OS protection (bubblewrap/namespaces, cgroups) is "

@@ -60,3 +60,14 @@ def test_a_failing_candidate_still_exits_zero(build_cache):
 def test_tasks_lists_the_builtin_suite():
     p = kw("tasks", "builtin")
     assert p.returncode == 0 and "builtin/L1/03_softmax" in p.stdout and "34 task(s)" in p.stdout
+
+
+def test_tasks_prints_whole_names_whatever_the_width(tmp_path):
+    """Piped output (no terminal, 80 columns) keeps every id and name whole: they are copied."""
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    long = "a_task_whose_file_name_is_much_longer_than_eighty_columns_of_a_terminal_would_allow"
+    (folder / f"{long}.py").write_text((TASKS / "bias_relu.py").read_text())
+    p = kw("tasks", str(folder))  # captured: not a terminal, so rich would use 80 columns
+    assert p.returncode == 0, p.stderr
+    assert long in p.stdout and "1 task(s)" in p.stdout

@@ -130,7 +130,8 @@ def validate_device(device: str, compile_only: bool = False) -> str:
         import torch
 
         if not torch.cuda.is_available():
-            raise EvaluatorError(f"device {device!r}: no CUDA GPU is visible here (use --device cpu, or --compile-only)")
+            raise EvaluatorError(f"device {device!r}: no CUDA GPU is visible here (use --device cpu; "
+                                 "`kernelwright eval --compile-only` builds CUDA sources without a GPU)")
         index = int(d[5:]) if ":" in d else torch.cuda.current_device()
         if index >= torch.cuda.device_count():
             raise EvaluatorError(f"device {device!r}: only {torch.cuda.device_count()} GPU(s) visible")
