@@ -19,7 +19,8 @@ from kernelwright import __version__
 HELP = ("A local code model rewrites PyTorch modules into custom kernels (C++ on a CPU, CUDA or Triton on a "
         "GPU), and a sandboxed evaluator proves each one: custom code did the work, outputs match, timed by us. "
         "Start with `optimize FILE`; `eval` checks one candidate; `study` runs controlled comparisons. "
-        "Exit codes: 0 done, 2 bad input, 3 a GPU stopped answering, 4 optimize kept nothing faster.")
+        "Exit codes: 0 done, 2 bad input (or a missing requirement, or a model that stopped answering), "
+        "3 a GPU stopped answering, 4 optimize kept nothing faster. `doctor` says what this machine can do.")
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP)
 # one home for consoles, exit codes and `fail` (kernelwright/console.py); re-exported for callers
 from kernelwright.console import EXIT_BAD_INPUT, EXIT_GPU_GONE, err, fail, out  # noqa: E402,F401
@@ -40,6 +41,22 @@ def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what 
 def version() -> None:
     """Print the version."""
     out.print(__version__)
+
+
+@app.command("doctor")
+def doctor_cmd() -> None:
+    """Say what this machine can do (compiler, nvcc, GPUs, Triton, the model, the sandbox) and what to install."""
+    from kernelwright.doctor import can_do, run_checks
+
+    checks = run_checks()
+    for c in checks:
+        mark = {True: "ok", False: "MISSING", None: "-"}[c.ok]
+        line = f"{c.name:<15} {mark:<8} {c.detail}"
+        print(line + (f"   -> {c.fix}" if c.fix and not c.ok else ""))
+    said = can_do(checks)
+    print("this machine can: " + ("; ".join(said) if said else "nothing yet (see MISSING above)"))
+    if any(c.ok is False for c in checks):
+        raise typer.Exit(EXIT_BAD_INPUT)
 
 
 @app.command("tasks")

@@ -71,3 +71,16 @@ def test_tasks_prints_whole_names_whatever_the_width(tmp_path):
     p = kw("tasks", str(folder))  # captured: not a terminal, so rich would use 80 columns
     assert p.returncode == 0, p.stderr
     assert long in p.stdout and "1 task(s)" in p.stdout
+
+
+def test_doctor_says_what_this_machine_can_do():
+    p = kw("doctor")
+    assert p.returncode in (0, 2), p.stderr  # 2: something required is missing (named on its line)
+    lines = {line.split()[0] + (" " + line.split()[1] if line.startswith(("c++", "embedded")) else ""): line
+             for line in p.stdout.splitlines() if line.strip()}
+    for name in ("python", "torch", "c++ compiler", "nvcc", "GPUs", "triton", "embedded model", "sandbox"):
+        assert name in lines, p.stdout
+    # this machine (and CI's) builds C++: the compiler's own --version answered
+    assert " ok " in lines["c++ compiler"] and "c++" in lines["c++ compiler"].split("ok", 1)[1]
+    assert p.stdout.splitlines()[-1].startswith("this machine can: ")
+    assert (p.returncode == 2) == any(" MISSING " in line for line in lines.values())
