@@ -96,10 +96,20 @@ class LlamaCppBackend:
             prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"], latency_s=latency,
         )  # fmt: skip
 
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
+    stops_at_deadline = True  # samples are drawn one after another: a budget can stop between them
+
+    def generate(self, requests: Sequence[GenerationRequest], deadline: float | None = None) -> list[list[Completion]]:
+        results: list[list[Completion]] = []
         with self._lock:
-            results = [[self._one(r, r.sample_seed(i), fresh=i == 0) for i in range(r.n)] for r in requests]
-        check_counts(requests, results, f"llama.cpp {self.model}")
+            for r in requests:
+                got: list[Completion] = []
+                for i in range(r.n):
+                    if got and deadline is not None and time.monotonic() >= deadline:
+                        log.info("deadline: %d of %d samples drawn", len(got), r.n)
+                        break
+                    got.append(self._one(r, r.sample_seed(i), fresh=i == 0))
+                results.append(got)
+        check_counts(requests, results, f"llama.cpp {self.model}", until_deadline=deadline is not None)
         return results
 
     def close(self) -> None:

@@ -3,9 +3,11 @@
 The regimes already stop early per turn once a candidate is the goal; what they do not know is
 the clock. Rather than thread a deadline through every regime, the model is wrapped: a request
 made after the deadline raises BudgetSpent instead of generating, which ends the regime where it
-stands. Every attempt already made has reached the runner's sink, so nothing is lost. Work in
-flight when the deadline passes (one generation, one evaluation) finishes: both are bounded,
-by the decoding budget and the evaluator's timeout.
+stands, and a backend that draws its samples one after another (llama.cpp) starts no new sample
+once the deadline passes: the request returns the samples drawn so far. Every attempt already made
+has reached the runner's sink, so nothing is lost. Work in flight when the deadline passes (one
+sample, one evaluation) finishes: both are bounded, by the decoding budget and the evaluator's
+timeout.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kernelwright.llm.base import Backend, Completion, GenerationRequest
+from kernelwright.llm.base import Backend, Completion, GenerationRequest, generate_until
 
 
 class BudgetSpent(Exception):
@@ -50,4 +52,5 @@ class BudgetedBackend:
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
         if self.budget.spent():
             raise BudgetSpent(f"budget of {self.budget.minutes:g} min spent")
-        return self.inner.generate(requests)
+        # a backend that samples one at a time stops at the deadline with what it has drawn
+        return generate_until(self.inner, requests, self.budget.deadline)

@@ -56,3 +56,12 @@ def test_no_spec_is_the_default_model(caplog) -> None:
         b = make_backend(None)
     assert b.model == "qwen2.5-coder-1.5b" and "model qwen2.5-coder-1.5b: llama.cpp on the CPU" in caplog.text
     b.close()
+
+
+def test_a_deadline_stops_sampling_between_samples(backend) -> None:
+    import time
+
+    req = GenerationRequest.chat("Say hi.", n=3, seed=2, max_tokens=8)
+    past = backend.generate([req, req], deadline=time.monotonic() - 1)
+    assert [len(got) for got in past] == [1, 1]  # one sample each, however late: never an empty answer
+    assert [len(got) for got in backend.generate([req], deadline=time.monotonic() + 600)] == [3]
