@@ -50,7 +50,9 @@ _NOISE = re.compile(
     r"detected during|Traceback \(most recent call last\)|File \"|\^|\|)"
 )
 _SOURCE_EXTS = (".cpp", ".cu", ".cc", ".cxx", ".c")  # translation units; errors in headers belong to one
-_LONG_LINE = 400  # longer lines are command lines, never messages
+_LONG_LINE = 400  # longer lines are shortened to this, or dropped when they are command lines
+# A compiler or linker invocation: a long line of flags, never the message a reader needs.
+_COMMAND = re.compile(r"(?:^|\s)(?:-I\S|-D\S|-isystem|-o\s|--compiler-options|-fPIC|-std=)")
 _CONTEXT_LINES = 3  # source-context lines a compiler prints after an error (code line, caret, hint)
 
 
@@ -275,8 +277,8 @@ def first_relevant_lines(text: str, max_lines: int = 12) -> str:
             kept.append(line)
 
     for i, raw in enumerate(lines):
-        line = raw.rstrip()
-        if len(line) > _LONG_LINE or not line.strip():
+        line = _fit(raw.rstrip())
+        if line is None or not line.strip():
             continue
         if _is_relevant(line.strip()):
             keep(_shorten(line.strip()))
@@ -285,6 +287,17 @@ def first_relevant_lines(text: str, max_lines: int = 12) -> str:
                 keep(context)
     if kept:
         return "\n".join(kept)
-    tail = [ln.strip() for ln in lines if ln.strip() and len(ln) <= _LONG_LINE and not _NOISE.match(ln)]
+    fitted = [_fit(ln) for ln in lines]
+    tail = [ln.strip() for ln in fitted if ln is not None and ln.strip() and not _NOISE.match(ln)]
     unique = list(dict.fromkeys(tail))
     return "\n".join(unique[-max_lines:])
+
+
+def _fit(line: str) -> Optional[str]:
+    """A line as a reader should get it: a long message shortened (an out-of-memory message runs
+    to 600 characters on one line, and its start says what happened), a long command line dropped."""
+    if len(line) <= _LONG_LINE:
+        return line
+    if _COMMAND.search(line):
+        return None
+    return line[: _LONG_LINE - 1].rstrip() + "…"
