@@ -205,6 +205,8 @@ class EvalResult(BaseModel):
     flags: list[str] = Field(default_factory=list)  # for review: e.g. speedup_above_10x
     cheat_reasons: list[str] = Field(default_factory=list)
     gpu_healthy: Optional[bool] = None  # probed after a timeout or crash on a GPU
+    # seconds the timing waited for the device (others' timings and correctness runs held it)
+    device_lock_wait_s: Optional[float] = None
     output_tail: Optional[str] = None  # capped stdout/stderr of the child, for debugging
     versions: dict[str, str] = Field(default_factory=dict)
     # None: no candidate code ran (decided before the sandbox)

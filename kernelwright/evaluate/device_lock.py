@@ -11,8 +11,11 @@ its holder dies, so a killed run never leaves a device locked. Within one thread
 re-entrant (a worker holds it across the candidate's and the reference's timing, each of which
 takes it again).
 
-Only measurements and generation take it: builds, correctness checks and scaffold planning do not
-(they time nothing, and a study plans before it evaluates anything).
+A reader-writer lock: measurements and generation hold it exclusively; an evaluation's correctness,
+re-check and work stages (work on the device, but no clock) hold it shared (`shared=True`), so
+they run side by side with each other but never during another process's timing, and a timing
+waits until they are done. Builds and scaffold planning take nothing (a study plans before it
+evaluates anything). `waited` says how long the last acquisition waited (recorded with timings).
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import time
 from pathlib import Path
 from typing import IO
 
-_held = threading.local()  # path -> [open file, depth], per thread
+_held = threading.local()  # path -> [open file, stack of modes (True: exclusive)], per thread
 
 
 def device_key(device: str) -> str:
@@ -70,26 +74,42 @@ def prepare(device: str) -> Path:
 
 
 class DeviceLock:
-    """A reusable context manager holding `device` (see the module docstring)."""
+    """A reusable context manager holding `device`, exclusively or `shared` (module docstring)."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, shared: bool = False) -> None:
         self.path = lock_path(device)
+        self.exclusive = not shared
+        self.waited = 0.0
+
+    def _flock(self, f: IO[str], exclusive: bool) -> None:
+        start = time.monotonic()
+        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        self.waited = time.monotonic() - start
 
     def __enter__(self) -> DeviceLock:
         held = _held.__dict__.setdefault("files", {})
         entry = held.get(self.path)
-        if entry is not None:
-            entry[1] += 1
+        if entry is None:
+            f = _open(self.path)
+            self._flock(f, self.exclusive)
+            held[self.path] = [f, [self.exclusive]]
             return self
-        f = _open(self.path)
-        fcntl.flock(f, fcntl.LOCK_EX)
-        held[self.path] = [f, 1]
+        f, modes = entry
+        now = modes[-1]
+        want = now or self.exclusive  # within a thread an exclusive hold covers a shared request
+        if want and not now:
+            self._flock(f, True)  # shared -> exclusive (flock converts: released, then taken)
+        else:
+            self.waited = 0.0
+        modes.append(want)
         return self
 
     def __exit__(self, *exc: object) -> None:
         held = _held.__dict__["files"]
-        entry = held[self.path]
-        entry[1] -= 1
-        if entry[1] == 0:
+        f, modes = held[self.path]
+        mode = modes.pop()
+        if not modes:
             del held[self.path]
-            entry[0].close()  # closing the descriptor drops the flock
+            f.close()  # closing the descriptor drops the flock
+        elif mode and not modes[-1]:
+            fcntl.flock(f, fcntl.LOCK_SH)  # back to the shared hold this thread had

@@ -185,19 +185,22 @@ class Judge:
             if not reply.ok:
                 raise self._claim(reply)
 
-        with self.stage("correctness"):
+        # work on the device without a clock holds it shared: never during another process's timing
+        device = job["device"]
+        with self.stage("correctness"), self.device_lock.DeviceLock(device, shared=True):
             self._correctness()
         self._checks()
 
         if job.get("time", True):
-            with self.stage("timing"), self.device_lock.DeviceLock(job["device"]):
+            with self.stage("timing"), self.device_lock.DeviceLock(device) as held:
+                self.fields["device_lock_wait_s"] = round(held.waited, 4)
                 self._timing()
             self._checks()
-            with self.stage("recheck"):
+            with self.stage("recheck"), self.device_lock.DeviceLock(device, shared=True):
                 self._recheck()
             self._checks()
         if self.fields["custom_kernel"]:
-            with self.stage("work"):
+            with self.stage("work"), self.device_lock.DeviceLock(device, shared=True):
                 self._work()
             self._checks()
         raise Finish("correct" if self.fields["custom_kernel"] else "no_custom_kernel")

@@ -21,17 +21,65 @@ def own_lock_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELWRIGHT_LOCK_DIR", str(tmp_path / "locks"))
 
 
-def test_a_worker_waits_for_the_device_to_time_but_not_to_check(fast_cfg):
+def test_an_evaluation_waits_while_another_process_times_on_its_device(fast_cfg):
+    """Correctness runs hold the device shared, timings exclusively: while "another" timing holds
+    it, neither a timed nor an untimed evaluation gets through; both finish once it is released,
+    and the timed one records its wait."""
     task = load_task(str(TASKS / "bias_relu.py"))
     text = (CANDIDATES / "cpu" / "torch_only.py").read_text()
-    with ThreadPoolExecutor(2) as pool, DeviceLock("cpu"):  # held by "another" timing
-        timed = pool.submit(evaluate, task, text, fast_cfg())
-        untimed = pool.submit(evaluate, task, text + "\n# not timed\n", fast_cfg(time=False))
+    with ThreadPoolExecutor(2) as pool:
+        with DeviceLock("cpu"):  # held by "another" timing
+            timed = pool.submit(evaluate, task, text, fast_cfg())
+            untimed = pool.submit(evaluate, task, text + "\n# not timed\n", fast_cfg(time=False))
+            time.sleep(12)  # longer than an untimed torch-only evaluation takes (3-4 s here)
+            assert not untimed.done() and not timed.done()
         assert untimed.result(timeout=300).verdict == Verdict.NO_CUSTOM_KERNEL
-        time.sleep(2)
-        assert not timed.done()  # its correctness checks ran; its timing waits for the device
-    result = timed.result(timeout=300)
+        result = timed.result(timeout=300)
     assert result.verdict == Verdict.NO_CUSTOM_KERNEL and result.runtime_ms is not None
+    assert result.device_lock_wait_s is not None
+
+
+def test_shared_holders_overlap_and_an_exclusive_one_waits_for_them():
+    events: list[str] = []
+
+    def reader(name: str, hold: float) -> None:
+        with DeviceLock("cpu", shared=True):
+            events.append(f"{name} in")
+            time.sleep(hold)
+            events.append(f"{name} out")
+
+    def writer() -> None:
+        with DeviceLock("cpu") as held:
+            events.append("timing")
+        assert held.waited > 0.3
+
+    a = threading.Thread(target=reader, args=("a", 1.0))
+    b = threading.Thread(target=reader, args=("b", 1.0))
+    a.start()
+    b.start()
+    time.sleep(0.3)
+    w = threading.Thread(target=writer)
+    w.start()
+    for t in (a, b, w):
+        t.join(timeout=10)
+    assert events[:2] == ["a in", "b in"]  # both readers held it at once
+    assert events[-1] == "timing" and sorted(events[2:4]) == ["a out", "b out"]
+
+
+def test_a_shared_hold_inside_an_exclusive_one_keeps_it_exclusive():
+    order: list[str] = []
+
+    def grab() -> None:
+        with DeviceLock("cpu", shared=True):
+            order.append("other")
+
+    with DeviceLock("cpu"), DeviceLock("cpu", shared=True):
+        other = threading.Thread(target=grab)
+        other.start()
+        time.sleep(0.5)
+        order.append("mine")
+    other.join(timeout=10)
+    assert order == ["mine", "other"]
 
 
 def test_the_lock_is_reentrant_in_a_thread_and_exclusive_across_threads():
