@@ -85,10 +85,14 @@ def _task_sections(data: StudyData, scored: list[metrics.Scored]) -> list[TaskSe
     return list(sections.values())
 
 
-def build(folders: list[Path], figure_dir: Path | None = None) -> Report:
+def _check_folders(folders: list[Path]) -> None:
     for f in folders:
         if not (f / "cells.jsonl").is_file():
             raise ReportError(f"{f} is not a study folder (no cells.jsonl)")
+
+
+def build(folders: list[Path], figure_dir: Path | None = None) -> Report:
+    _check_folders(folders)
     data = read_study(*folders)
     scored = metrics.score(data)
     report = Report(folders=list(folders), sources=_sources(data), tables=tables.all_tables(scored),
@@ -133,10 +137,24 @@ def render_html(report: Report) -> str:
 
 
 def write_report(folders: list[Path], out: Path | None = None) -> dict[str, Path]:
+    _check_folders(folders)  # before anything is made: a file given as a folder is bad input
     out = out or folders[0]
-    out.mkdir(parents=True, exist_ok=True)
-    report = build(folders, figure_dir=out / "figures")
     md, html = out / "REPORT.md", out / "report.html"
-    md.write_text(render_markdown(report, out))
-    html.write_text(render_html(report))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        report = build(folders, figure_dir=out / "figures")
+        _write_whole(md, render_markdown(report, out))
+        _write_whole(html, render_html(report))
+    except OSError as e:  # a full disk, a read-only folder: one line, and no half-written report
+        raise ReportError(f"cannot write the report to {out}: {e.strerror or e}") from None
     return {"markdown": md, "html": html, **{p.stem: p for p in report.figures.values()}}
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write `path` whole or not at all (a temporary file, renamed over it when complete)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)

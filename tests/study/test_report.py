@@ -63,6 +63,30 @@ def test_a_missing_folder_is_bad_input(tmp_path):
     assert r.exit_code == 2 and "not a study folder" in r.output
 
 
+def test_a_file_given_as_a_folder_is_bad_input_and_left_alone(tmp_path):
+    f = tmp_path / "notes.txt"
+    f.write_text("mine")
+    r = CliRunner().invoke(app, ["study", "report", str(f)])
+    assert r.exit_code == 2 and "not a study folder" in r.output
+    assert f.read_text() == "mine"
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_half_report(tmp_path):
+    """A 1 MB tmpfs as the report's folder: the figures and pages do not fit (needs root)."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        r = CliRunner().invoke(app, ["study", "report", *map(str, FOLDERS), "--out", str(mount)])
+        assert r.exit_code == 2, r.output
+        assert "cannot write the report" in r.output and "No space left on device" in r.output
+        assert not (mount / "REPORT.md").exists() and not (mount / "report.html").exists()
+        assert not list(mount.glob(".*.tmp"))
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed (apt-get install chromium)")
 def test_html_opens_in_headless_chromium(tmp_path):
