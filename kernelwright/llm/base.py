@@ -26,6 +26,11 @@ class BackendError(RuntimeError):
     """A model backend cannot do what was asked. The message is one line, meant for a user."""
 
 
+class ServerUnreachable(BackendError):
+    """The model server cannot be reached at all (refused, no route, DNS): a fault of the setup,
+    not of the request. A study stops and leaves its cells pending instead of failing them."""
+
+
 def first_line(error: object) -> str:
     """The first line of an error's text: library errors can run to pages, ours stay one line."""
     lines = str(error).strip().splitlines()

@@ -27,7 +27,14 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import openai
 
-from kernelwright.llm.base import BackendError, Completion, GenerationRequest, check_counts, first_line
+from kernelwright.llm.base import (
+    BackendError,
+    Completion,
+    GenerationRequest,
+    ServerUnreachable,
+    check_counts,
+    first_line,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -105,6 +112,7 @@ class OpenAIBackend:
         A call starts at the next server in turn; each retry moves on to the server after."""
         attempts = self.retries + 1
         start = next(self._turn)
+        refused = 0  # tries that could not connect: all of them means no server answers at all
         for attempt in range(attempts):
             index = (start + attempt) % len(self._clients)
             client, url = self._clients[index], self.base_urls[index]
@@ -116,6 +124,7 @@ class OpenAIBackend:
                 ) from None
             except openai.APIConnectionError as e:
                 failure = f"cannot reach model server at {url}: {first_line(e.__cause__ or e)}"
+                refused += 1
             except openai.InternalServerError as e:
                 failure = f"model server at {url} failed: HTTP {e.status_code}: {first_line(e.message)}"
             except openai.APIStatusError as e:
@@ -127,7 +136,7 @@ class OpenAIBackend:
                 delay = self.backoff_s * 2**attempt
                 log.debug("%s; retrying in %.2f s", failure, delay)
                 time.sleep(delay)
-        raise BackendError(f"{failure} (tried {attempts} times)")
+        raise (ServerUnreachable if refused == attempts else BackendError)(f"{failure} (tried {attempts} times)")
 
     def _call(self, req: GenerationRequest, n: int, seed: int | None) -> list[Completion]:
         kwargs: dict[str, Any] = dict(

@@ -13,7 +13,7 @@ import typer
 
 study_app = typer.Typer(add_completion=False, no_args_is_help=True,
                         help="Run a study matrix, re-score other tools' output, write the report and training data.")
-from kernelwright.console import EXIT_GPU_GONE, err, fail, out  # noqa: E402
+from kernelwright.console import EXIT_BAD_INPUT, EXIT_GPU_GONE, err, fail, out  # noqa: E402
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -89,7 +89,7 @@ def run_cmd(
     out.print(_summary_line(summary), highlight=False, soft_wrap=True)
     if summary.stopped:
         fail(f"{summary.not_run} cell(s) left pending: {summary.stopped}; rerun the same command to finish",
-             EXIT_GPU_GONE)
+             EXIT_BAD_INPUT if summary.stopped_by_model else EXIT_GPU_GONE)
 
 
 @study_app.command("import")

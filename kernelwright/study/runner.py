@@ -37,7 +37,7 @@ from typing import Any
 
 from kernelwright.evaluate import GPUUnavailableError
 from kernelwright.evaluate.device_lock import DeviceLock
-from kernelwright.llm.base import Backend
+from kernelwright.llm.base import Backend, ServerUnreachable
 from kernelwright.llm.coalesce import CoalescingBackend
 from kernelwright.records import Attempt, Cell, Task, Verdict
 from kernelwright.study.log import ATTEMPTS, CELLS, append_record, read_cells
@@ -79,7 +79,8 @@ class RunSummary:
     not_run: int = 0
     attempts: int = 0
     verdicts: Counter = field(default_factory=Counter)
-    stopped: str | None = None  # why cells were left pending (no device left)
+    stopped: str | None = None  # why cells were left pending (no device left, no model server)
+    stopped_by_model: bool = False  # the model server could not be reached (else: no GPU left)
 
     @property
     def pending(self) -> int:
@@ -238,6 +239,16 @@ def run_jobs(jobs: Sequence[CellJob], folder: Path, slots: DeviceSlots, concurre
                 cell = StudyCell(**core.model_dump(), run=run, seed=job.seed, level=job.level, task_name=job.task_name,
                                  task_hash=job.task_hash, model=job.model, device=device, imported=job.imported,
                                  inputs_hash=job.inputs_hash)
+            except ServerUnreachable as e:
+                # the model server is gone: not this cell's outcome; the cells stay pending and
+                # the run stops (a rerun resumes them once the server answers)
+                stop.set()
+                with count_lock:
+                    summary.not_run += 1
+                    summary.stopped = f"the model server cannot be reached ({e})"
+                    summary.stopped_by_model = True
+                on_event({"event": "cell_skipped", "key": job.key, "why": str(e)})
+                return
             except GPUUnavailableError as e:
                 slots.mark_lost(device)
                 if e.result is None:
