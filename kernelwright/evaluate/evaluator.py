@@ -333,7 +333,8 @@ def sandbox_hold(cfg: EvalConfig, prebuild: bool = False) -> sandbox.Confine:
     return sandbox.Confine(limits=confine.Limits.for_run(cfg.timeout),
                            visible=tuple(sorted(os.path.realpath(p) for p in visible)),
                            env_scrubbed=True, required=not cfg.unconfined, entry=entry,
-                           timed=cfg.time and not cfg.compile_only and not prebuild)
+                           timed=cfg.time and not cfg.compile_only and not prebuild,
+                           spawn_runners=split and cfg.device != "cpu")
 
 
 def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig, run: SandboxRun,

@@ -393,9 +393,13 @@ def main() -> None:
 
     # Forked now, before this process ran any tensor operation (an OpenMP pool does not survive a
     # fork) and before it read its job: they share nothing of it, and start with torch imported.
-    cand = RemoteRunner(*runner.fork(), "the candidate's process")
+    # For GPU jobs they start as fresh interpreters instead: CUDA is unusable in a child forked
+    # from a process in which torch touched CUDA (measured on the H200: "Cannot re-initialize CUDA
+    # in forked subprocess" in every forked runner).
+    start = runner.start if "--spawn-runners" in sys.argv[2:] else runner.fork
+    cand = RemoteRunner(*start(), "the candidate's process")
     # a sandbox started for timed jobs (sandbox.Confine.timed): the reference's runner too
-    ref = RemoteRunner(*runner.fork(), "the reference's runner") if "--timed" in sys.argv[2:] else None
+    ref = RemoteRunner(*start(), "the reference's runner") if "--timed" in sys.argv[2:] else None
     from kernelwright.analysis import roofline  # noqa: F401
     from kernelwright.evaluate import compare, device_lock, draw, timing, work  # noqa: F401
 

@@ -166,11 +166,14 @@ class Confine:
     visible: tuple[str, ...]  # read-only paths the worker needs (package, build cache, Python)
     env_scrubbed: bool
     required: bool  # refuse to start when a required protection is missing
-    # what the box runs: the judge (which starts the candidate's runner) on the CPU; the in-process
-    # worker on a GPU, where the split is not built yet
+    # what the box runs: the judge (which starts the candidate's runner); the in-process worker on
+    # a GPU without EvalConfig.gpu_split
     entry: str = "kernelwright.evaluate.judge"
     # the jobs it will get are timed: the judge starts the reference's runner ahead too
     timed: bool = False
+    # the judge starts its runners as fresh interpreters instead of forking them (GPU jobs: a child
+    # forked from a process torch has touched CUDA in cannot use CUDA)
+    spawn_runners: bool = False
 
 
 @dataclass
@@ -194,6 +197,8 @@ def spawn(env: dict[str, str], held: Confine) -> Spawned:
     cmd = [sys.executable, "-m", held.entry, str(write_fd)]
     if held.timed and held.entry.endswith(".judge"):
         cmd.append("--timed")
+    if held.spawn_runners and held.entry.endswith(".judge"):
+        cmd.append("--spawn-runners")
     try:
         box = confine.box(cmd, scratch, list(held.visible), held.limits, held.env_scrubbed, held.required)
     except BaseException:
