@@ -29,7 +29,7 @@ LAYERS = [
     {"study"},
     {"optimize"},
     {"report_console"},
-    {"cli"},
+    {"cli", "doctor"},
 ]
 # Upward imports that exist today and that issue #18's re-layout removes (device locks, input
 # draws and the timing loop move below analysis; the Ray executor into executors/ above evaluate;

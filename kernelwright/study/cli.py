@@ -59,6 +59,7 @@ def run_cmd(
     from kernelwright.evaluate import EvaluatorError
     from kernelwright.llm import BackendError
     from kernelwright.study.progress import StudyProgress
+    from kernelwright.study.log import StudyBusy
     from kernelwright.study.runner import run_study
     from kernelwright.strategies import RegimeError
     from kernelwright.study.spec import StudySpecError, load_spec
@@ -82,7 +83,7 @@ def run_cmd(
 
     try:
         summary = run_study(spec, retry_failed=retry_failed, on_event=display, on_plan=planned)
-    except (StudySpecError, TaskError, BackendError, EvaluatorError, RegimeError) as e:
+    except (StudySpecError, TaskError, BackendError, EvaluatorError, RegimeError, StudyBusy) as e:
         fail(str(e))
     finally:
         display.stop()
@@ -114,6 +115,7 @@ def import_cmd(
 
     from kernelwright.evaluate import EvaluatorError
     from kernelwright.study.importer import ImportInputError, import_study
+    from kernelwright.study.log import StudyBusy
     from kernelwright.study.progress import StudyProgress
     from kernelwright.study.spec import EvalSettings
     from kernelwright.tasks import TaskError
@@ -134,7 +136,7 @@ def import_cmd(
         summary = import_study(inputs, tasks, out_dir, label=label, settings=settings, devices=_split(devices) or ["cpu"],
                                cache_dir=cache_dir, jobs=jobs, retry_failed=retry_failed, on_event=display,
                                on_plan=planned)
-    except (ImportInputError, TaskError, EvaluatorError) as e:
+    except (ImportInputError, TaskError, EvaluatorError, StudyBusy) as e:
         fail(str(e))
     finally:
         display.stop()

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.records import Attempt, Cell, Task, Verdict, sha256_text
+from kernelwright.study.log import sole_writer
 from kernelwright.study.runner import (
     CellJob,
     DeviceSlots,
@@ -236,14 +237,15 @@ def import_study(inputs: Sequence[Path], task_specs: list[str], out: Path, *, la
     tasks = resolve_tasks(task_specs)
     kind = device_kind(devices[0])
     planned, chash = plan_import(candidates, tasks, label, settings, kind, cache_dir)
-    done = read_cells(out)
-    todo = [j for j in planned if not is_done(j, done, retry_failed)]
-    summary = RunSummary(planned=len(planned), skipped=len(planned) - len(todo))
-    on_plan(summary)
-    if not todo:
-        return summary
-    spec = {"import": [str(p) for p in inputs], "tasks": task_specs, "label": label, "devices": list(devices),
-            "eval": settings.model_dump(mode="json")}
-    record_invocation(out, spec, {chash: {"import": label, "device": kind, "eval": settings.model_dump(mode="json")}},
-                      list(devices), pending=len(todo), kind="import")
-    return run_jobs(todo, out, DeviceSlots(devices), jobs or len(devices), on_event, summary)
+    with sole_writer(out):  # one writer per folder: a second invocation on it stops here (StudyBusy)
+        done = read_cells(out)
+        todo = [j for j in planned if not is_done(j, done, retry_failed)]
+        summary = RunSummary(planned=len(planned), skipped=len(planned) - len(todo))
+        on_plan(summary)
+        if not todo:
+            return summary
+        spec = {"import": [str(p) for p in inputs], "tasks": task_specs, "label": label, "devices": list(devices),
+                "eval": settings.model_dump(mode="json")}
+        record_invocation(out, spec, {chash: {"import": label, "device": kind, "eval": settings.model_dump(mode="json")}},
+                          list(devices), pending=len(todo), kind="import")
+        return run_jobs(todo, out, DeviceSlots(devices), jobs or len(devices), on_event, summary)

@@ -16,6 +16,7 @@ Reading (`read_study`):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -163,3 +164,39 @@ def read_study(*folders: Path) -> StudyData:
     ordered = list(cells.values())
     return StudyData(folders=list(folders), cells=ordered, attempts={c.key: attempts.get(c.key, []) for c in ordered},
                      manifests=manifests, skipped_lines=skipped, dropped_attempts=dropped)
+
+
+# -- one writer per folder ---------------------------------------------------------------------
+
+WRITER_LOCK = ".writer.lock"
+
+
+class StudyBusy(Exception):
+    """Another kernelwright process is writing this study folder (one line, names it)."""
+
+
+@contextlib.contextmanager
+def sole_writer(folder: Path) -> Iterator[None]:
+    """Hold `folder` as its only writer for the block: an flock on `<folder>/.writer.lock`, which
+    the kernel drops when the holder dies (a killed run never leaves a folder locked). A second
+    `study run` or `study import` on the folder stops before planning anything, naming the holder,
+    instead of running every cell again beside it."""
+    import fcntl
+    import time
+
+    folder.mkdir(parents=True, exist_ok=True)
+    f = open(folder / WRITER_LOCK, "a+")
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise StudyBusy(f"{folder} is being written by {holder}; wait for it to end or use another --out") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"kernelwright pid {os.getpid()} (since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
+        f.flush()
+        yield
+    finally:
+        f.close()  # drops the flock

@@ -40,7 +40,7 @@ from kernelwright.evaluate.device_lock import DeviceLock
 from kernelwright.llm.base import Backend, ServerUnreachable
 from kernelwright.llm.coalesce import CoalescingBackend
 from kernelwright.records import Attempt, Cell, Task, Verdict
-from kernelwright.study.log import ATTEMPTS, CELLS, append_record, read_cells
+from kernelwright.study.log import ATTEMPTS, CELLS, append_record, read_cells, sole_writer
 from kernelwright.study.records import FailureKind, StudyAttempt, StudyCell
 from kernelwright.study.spec import StudySpec
 from kernelwright.study.tasks import TaskFailure, TaskOrFailure, resolve_tasks
@@ -357,13 +357,10 @@ def prefetch_scaffold_plans(spec: StudySpec, todo: Sequence[CellJob], tasks: Seq
 
 def run_study(spec: StudySpec, *, retry_failed: bool = False, on_event: EventFn = lambda e: None,
               on_plan: Callable[[RunSummary], None] = lambda s: None) -> RunSummary:
-    """Run what is missing from the study folder. Writes nothing when nothing is missing.
+    """Run what is missing from the study folder. Writes no record when nothing is missing.
     Raises BackendError / TaskError / EvaluatorError / RegimeError for unusable input (before any
-    cell runs)."""
+    cell runs), StudyBusy when another process writes the folder."""
     from kernelwright.evaluate.evaluator import validate_device
-    from kernelwright.evaluate.executors import installed, make_executor
-    from kernelwright.llm import make_backend
-    from kernelwright.study.manifest import finish_invocation, record_invocation
 
     if spec.executor == "local":  # with Ray the GPUs are on the workers, not necessarily here
         for d in spec.devices:
@@ -373,6 +370,16 @@ def run_study(spec: StudySpec, *, retry_failed: bool = False, on_event: EventFn 
     for regime in spec.regimes:
         check_runnable(parse_regime(regime))  # before the model loads: a missing library costs a second
     tasks = resolve_tasks(spec.tasks)
+    with sole_writer(spec.out):  # one writer per folder: a second run on it stops here (StudyBusy)
+        return _run_as_writer(spec, tasks, retry_failed, on_event, on_plan)
+
+
+def _run_as_writer(spec: StudySpec, tasks: Sequence[TaskOrFailure], retry_failed: bool, on_event: EventFn,
+                   on_plan: Callable[[RunSummary], None]) -> RunSummary:
+    from kernelwright.evaluate.executors import installed, make_executor
+    from kernelwright.llm import make_backend
+    from kernelwright.study.manifest import finish_invocation, record_invocation
+
     inner = make_backend(spec.model)
     try:
         slots = DeviceSlots(spec.devices)
