@@ -108,6 +108,7 @@ def import_cmd(
     warmup: Annotated[int, typer.Option(help="Warm-up calls per module.")] = 10,
     timing: Annotated[bool, typer.Option("--timing/--no-timing", help="Time correct candidates.")] = True,
     size: Annotated[str, typer.Option(help="Task size: small, full or auto.")] = "auto",
+    compile_baseline: Annotated[bool, typer.Option("--compile-baseline/--no-compile-baseline", help="Also time torch.compile(reference) for Table I's fast_1 vs torch.compile (default off).")] = False,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Redo cells recorded as failed.")] = False,
 ) -> None:
     """Re-score other tools' generations with our evaluator, into a study folder."""
@@ -121,7 +122,8 @@ def import_cmd(
     from kernelwright.tasks import TaskError
 
     try:
-        settings = EvalSettings(timeout=timeout, trials=trials, iters=iters, warmup=warmup, time=timing, size=size)
+        settings = EvalSettings(timeout=timeout, trials=trials, iters=iters, warmup=warmup, time=timing, size=size,
+                                compile_baseline=compile_baseline)
     except ValidationError as e:
         fail(str(e).splitlines()[0])
     display = StudyProgress(err)

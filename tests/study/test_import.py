@@ -81,3 +81,17 @@ def test_reference_results_json_turns_become_attempts(tmp_path, build_cache):
     assert [a.eval.verdict for a in study.attempts_of(l2)] == [Verdict.NO_CODE, Verdict.CORRECT]
     l1 = study.attempts_of(cells["builtin/L1/03_softmax"])
     assert [a.eval.verdict for a in l1] == [Verdict.NO_CODE, Verdict.SYNTAX_ERROR, Verdict.NO_CODE]
+
+
+def test_import_times_the_torch_compile_baseline_when_asked(tmp_path, build_cache):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copy(GOOD, runs / "level_2_problem_1_sample_0_kernel.py")
+    out = tmp_path / "study"
+    run_import(str(runs), "--tasks", "builtin:2:1", "--out", str(out), "--trials", "2", "--iters", "5", "--warmup", "1",
+               "--compile-baseline", "--cache-dir", str(build_cache))
+    [attempt] = [a for c in read_study(out).cells for a in read_study(out).attempts_of(c)]
+    r = attempt.eval
+    assert r.verdict == Verdict.CORRECT
+    # the baseline ran: a time, or the reason this machine could not compile it (never silence)
+    assert r.compile_runtime_ms is not None or r.compile_baseline_error, r
