@@ -1,8 +1,10 @@
 """What the region grammar buys: n region answers with and without it, through the pre-check.
 
-For each task, the search regime's first prompt (scaffolded, CPU C++ target) is sampled n times
-with the grammar (scaffold/grammar.py) and n times without, same seeds, and every answer is spliced
-and pre-checked (scaffold/precheck). Per arm it counts: answers with no code (prose), answers
+For each task, the search regime's first request (scaffolded, CPU C++ target) is sampled n times in
+each arm, same seeds, and every answer is spliced and pre-checked (scaffold/precheck). Arms:
+`grammar` (what `search` sends: the grammar, and the prompt's line on how locals are named),
+`no_grammar` (what `search+no_grammar` sends), `grammar_bare` (the grammar under the plain prompt,
+which does not say that locals are t0, t1, ...). Per arm it counts: answers with no code, answers
 outside the grammar's language, pre-check passes, counterexamples, compile errors and, among those,
 undefined names (the compiler says a name is not declared / not a member); and the time per answer.
 
@@ -31,6 +33,7 @@ from kernelwright.scaffold import assemble, plan_tasks, precheck_many  # noqa: E
 from kernelwright.scaffold.gbnf import matches  # noqa: E402
 from kernelwright.scaffold.grammar import region_grammar  # noqa: E402
 from kernelwright.strategies import parse_regime  # noqa: E402
+from kernelwright.strategies import search  # noqa: E402
 from kernelwright.strategies.base import RunContext  # noqa: E402
 from kernelwright.tasks import load_tasks  # noqa: E402
 
@@ -81,30 +84,35 @@ def main() -> int:
     ap.add_argument("--model", default="gguf:qwen2.5-coder-1.5b?threads=1")
     ap.add_argument("--tasks", default=",".join(DEFAULT_TASKS))
     ap.add_argument("--out", type=Path, default=None, help="also write every answer here (JSONL)")
+    ap.add_argument("--arms", default="grammar,no_grammar", help="of grammar, no_grammar, grammar_bare")
     args = ap.parse_args()
     ids = args.tasks.split(",")
     tasks = [t for t in load_tasks("builtin") if t.id in ids]
     plans = dict(zip([t.id for t in tasks], plan_tasks(tasks)))
     backend = make_backend(args.model)
-    config = parse_regime("search", target="cpp", scaffold=True, seed=args.seed, max_tokens=args.max_tokens)
-    totals = {"grammar": Counter(), "no_grammar": Counter()}
-    seconds = {"grammar": 0.0, "no_grammar": 0.0}
+    arms = args.arms.split(",")
+    totals = {arm: Counter() for arm in arms}
+    seconds = {arm: 0.0 for arm in arms}
     lines = []
     for task in tasks:
-        ctx = RunContext(task=task, backend=backend, config=config, eval_config=EvalConfig(device="cpu"),
-                         cell_key="grammar-yield")
-        sc = ctx.scaffold()
-        if sc is None:
-            print(f"{task.id}: no scaffold", flush=True)
-            continue
-        grammar = region_grammar(sc)
-        base = ctx._request(ctx.messages(prompts.render("task", **ctx.task_vars())), args.n,
-                            0.7, args.max_tokens, args.seed)
-        for arm, g in (("grammar", grammar), ("no_grammar", None)):
+        for arm in arms:
+            spec = "search+no_grammar" if arm != "grammar" else "search"
+            config = parse_regime(spec, target="cpp", scaffold=True, seed=args.seed, max_tokens=args.max_tokens)
+            ctx = RunContext(task=task, backend=backend, config=config, eval_config=EvalConfig(device="cpu"),
+                             cell_key="grammar-yield")
+            sc = ctx.scaffold()
+            if sc is None:
+                print(f"{task.id}: no scaffold", flush=True)
+                break
+            grammar = region_grammar(sc)
+            # the regime's own first request (its prompt and grammar), n samples of it
+            request = ctx._request(ctx.messages(prompts.render("task", **search.prompt_vars(ctx))), args.n,
+                                   search.DEFAULT_TEMPERATURE, args.max_tokens, args.seed)
+            request = request.model_copy(update={"grammar": grammar if arm != "no_grammar" else None})
             started = time.monotonic()
-            comps = backend.generate([base.model_copy(update={"grammar": g})])[0]
+            comps = backend.generate([request])[0]
             took = time.monotonic() - started
-            assert all(comp.constrained == (g is not None) for comp in comps)
+            assert all(comp.constrained == (arm != "no_grammar") for comp in comps)
             c = classify(sc, plans[task.id], grammar, comps)
             if args.out is not None:
                 with args.out.open("a") as f:

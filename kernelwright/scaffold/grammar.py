@@ -56,6 +56,12 @@ def local_name(k: int) -> str:
     return f"t{k}"
 
 
+def local_decl(scaffold: Scaffold) -> str:
+    """How the first local is declared in this scaffold's language (the prompt shows it: a model
+    not told that locals are t0, t1, ... fights the grammar over the names it meant to write)."""
+    return f"{local_name(0)} = ..." if scaffold.language == "python" else f"float {local_name(0)} = ...;"
+
+
 def lit(text: str) -> str:
     """A GBNF string literal."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t") + '"'
@@ -138,9 +144,11 @@ def _c_scope_rules(scope: Scope, k: int, flag: str, row: bool) -> list[str]:
     """The rules of one scope with k locals declared: statements, and expressions over its names."""
     s = f"{k}{flag}"
     locals_ = tuple(local_name(i) for i in range(k))
-    decl = (f' | decl-{s} gap stmts-{k + 1}{flag}' if k < MAX_LOCALS else "")
-    rules = [f"stmts-{s} ::= stmt-{s} gap stmts-{s}{decl} | \"\"",
-             f"stmts1-{s} ::= stmt-{s} gap stmts-{s}{decl}"]
+    # statements at this count of locals, then maybe a declaration and the rest at the next count
+    # (a repetition, not right recursion: a long answer must not nest one level per statement)
+    decl = f"decl-{s} gap stmts-{k + 1}{flag}" if k < MAX_LOCALS else ""
+    rules = [f"stmts-{s} ::= (stmt-{s} gap)*" + (f" ({decl})?" if decl else ""),
+             f"stmts1-{s} ::= stmt-{s} gap stmts-{s}" + (f" | {decl}" if decl else "")]
     if k < MAX_LOCALS:
         rules.append(f'decl-{s} ::= ("const" [ ]+)? "float" [ ]+ {lit(local_name(k))} sp "=" sp expr-{s} sp ";"')
     body = f"(block-{s} | stmt-{s})"
@@ -187,10 +195,10 @@ def _triton(sc: Scaffold) -> str:
         rules.append(f"red ::= {_alts(tuple(f'tl.{r}' for r in TRITON_REDUCTIONS))}")
     for k in range(MAX_LOCALS + 1):
         locals_ = tuple(local_name(i) for i in range(k))
-        decl = f' | {lit(local_name(k))} sp "=" sp expr-{k} eol gap stmts-{k + 1}' if k < MAX_LOCALS else ""
+        decl = f'{lit(local_name(k))} sp "=" sp expr-{k} eol gap stmts-{k + 1}' if k < MAX_LOCALS else ""
         reduce = f' | red "(" sp expr-{k} sp "," sp "axis" sp "=" sp "0" sp ")"' if row else ""
-        rules += [f"stmts-{k} ::= stmt-{k} eol gap stmts-{k}{decl} | \"\"",
-                  f"stmts1-{k} ::= stmt-{k} eol gap stmts-{k}{decl}",
+        rules += [f"stmts-{k} ::= (stmt-{k} eol gap)*" + (f" ({decl})?" if decl else ""),
+                  f"stmts1-{k} ::= stmt-{k} eol gap stmts-{k}" + (f" | {decl}" if decl else ""),
                   f"stmt-{k} ::= lval-{k} sp aop sp expr-{k}",
                   f"lval-{k} ::= {_alts(('y',) + locals_)}",
                   f"name-{k} ::= {_alts(reads + locals_)}",

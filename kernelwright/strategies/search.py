@@ -81,7 +81,7 @@ def run(ctx: RunContext) -> None:
     n = c.n or DEFAULT_N
     turns = c.turns or DEFAULT_TURNS
     temperature = DEFAULT_TEMPERATURE if c.temperature is None else c.temperature
-    base = prompts.render("task", **ctx.task_vars())
+    base = prompts.render("task", **prompt_vars(ctx))
     user = base
     tried: set[str] = set()  # regions already built or refuted in an earlier turn
     for turn in range(turns):
@@ -109,6 +109,16 @@ def _grammar(ctx: RunContext) -> Optional[str]:
     from kernelwright.scaffold import region_grammar
 
     return region_grammar(sc) or None
+
+
+def prompt_vars(ctx: RunContext) -> dict[str, Any]:
+    """The task's prompt variables; under the grammar also how locals are declared in it (t0, t1,
+    ...), so the prompt describes the language the answer is held to."""
+    if _grammar(ctx) is None:
+        return ctx.task_vars()
+    from kernelwright.scaffold.grammar import local_decl
+
+    return {**ctx.task_vars(), "local_decl": local_decl(ctx.scaffold())}
 
 
 def _draw(ctx: RunContext, user: str, turn: int, n: int, temperature: float) -> list[Sample]:
@@ -273,4 +283,4 @@ def _repair_prompt(ctx: RunContext, samples: list[Sample], batch: list[Attempt])
     sc = ctx.scaffold()
     if sc is None:
         return prompts.render("iterate", **ctx.task_vars(), best_code=s.region, report=problem)
-    return prompts.render("search_repair", **ctx.task_vars(), region=s.region.strip(), problem=problem.strip())
+    return prompts.render("search_repair", **prompt_vars(ctx), region=s.region.strip(), problem=problem.strip())

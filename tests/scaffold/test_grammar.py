@@ -96,6 +96,13 @@ def test_the_recorded_correct_regions_are_in_the_language(plans) -> None:
     assert sorted(outside) == [("builtin/L1/03_softmax", "cpp"), ("builtin/L1/03_softmax", "triton")]
 
 
+def test_a_long_answer_is_matched_without_deep_recursion(plans) -> None:
+    """Statements repeat, they do not nest: 400 of them (more than any answer's token budget)."""
+    sc = write(plans["builtin/L1/08_layer_norm"], "cpp")
+    body = "for (int64_t j = 0; j < cols; ++j) {\n" + "    y[j] = x(j) * 2.0f + (1.0f - x(j));\n" * 400 + "}"
+    assert matches(region_grammar(sc), fenced(sc, body))
+
+
 # ---- what it rejects -----------------------------------------------------------------------------
 
 ELEMENTWISE, ROW = "builtin/L1/01_gelu_tanh", "builtin/L1/03_softmax"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelwright import prompts
 from kernelwright.llm.base import Completion
 from kernelwright.records import Verdict
 from kernelwright.scaffold.precheck import Counterexample, PrecheckResult, PrecheckStatus
@@ -70,6 +71,12 @@ def test_region_answers_are_sampled_under_the_grammar_unless_no_grammar():
         assert request.grammar == (region_grammar(ctx.scaffold()) if constrained else None)
         batch = S._record(ctx, "the prompt", samples, 0)
         assert [a.notes["search"]["constrained"] for a in batch] == [constrained, constrained]
+        # the prompt says how locals are named in the language the answer is held to, and only then
+        # (+no_grammar's prompt is the plain one, so recorded unconstrained runs still replay)
+        prompt = prompts.render("task", **S.prompt_vars(ctx))
+        assert ("`float t0 = ...;`, then t1, t2" in prompt) == constrained
+        if not constrained:
+            assert prompt == prompts.render("task", **ctx.task_vars())
 
 
 def test_regions_equal_up_to_whitespace_and_comments_are_one_candidate():
