@@ -150,7 +150,8 @@ def _c_scope_rules(scope: Scope, k: int, flag: str, row: bool) -> list[str]:
     rules = [f"stmts-{s} ::= (stmt-{s} gap)*" + (f" ({decl})?" if decl else ""),
              f"stmts1-{s} ::= stmt-{s} gap stmts-{s}" + (f" | {decl}" if decl else "")]
     if k < MAX_LOCALS:
-        rules.append(f'decl-{s} ::= ("const" [ ]+)? "float" [ ]+ {lit(local_name(k))} sp "=" sp expr-{s} sp ";"')
+        # no `const`: locals are assignable, and which of them were const would be context again
+        rules.append(f'decl-{s} ::= "float" [ ]+ {lit(local_name(k))} sp "=" sp expr-{s} sp ";"')
     body = f"(block-{s} | stmt-{s})"
     writes = scope.writes + locals_  # none outside the loop of a whole-row kernel, before a local
     stmt = ([f"lval-{s} sp aop sp expr-{s} sp \";\""] if writes else []) + [f"block-{s}",

@@ -117,6 +117,7 @@ ELEMENTWISE, ROW = "builtin/L1/01_gelu_tanh", "builtin/L1/03_softmax"
     "```cpp\ny = torch::tanh(x);\n```",
     "```cpp\ny = t0;\nfloat t0 = x;\n```",  # read before declared
     "```cpp\nfloat t1 = x;\n```",  # locals are declared in order
+    "```cpp\nconst float t0 = x;\nt0 = t0 * t0;\n```",  # no const locals (assigning one: measured once)
     "```cpp\nx = 2.0f * x;\n```",  # the loads are const
     "```cpp\nreturn x;\n```",
     "```cpp\nfor (int64_t j = 0; j < cols; ++j) y = x;\n```",  # no loop in an elementwise region
