@@ -41,7 +41,7 @@ from kernelwright.tasks import load_tasks  # noqa: E402
 DEFAULT_TASKS = ("builtin/L1/01_gelu_tanh", "builtin/L2/02_conv2d_mish_clamp",
                  "builtin/L2/09_conv2d_softplus_scale_bias", "builtin/L1/03_softmax", "builtin/L1/08_layer_norm")
 UNDEFINED = re.compile(r"was not declared|undeclared|is not a member of|has no member|no matching function")
-COLUMNS = ("drawn", "no code", "outside grammar", "pre-check pass", "counterexample", "compile error",
+COLUMNS = ("drawn", "hit max_tokens", "no code", "outside grammar", "pre-check pass", "counterexample", "compile error",
            "undefined name", "other", "distinct", "s/answer", "tokens/answer")
 
 
@@ -54,6 +54,7 @@ def classify(sc, plan, grammar: str, comps: list[Completion]) -> Counter:
         c["no code"] += asm.empty
         regions.append(asm.region)
         c["tokens"] += comp.completion_tokens
+        c["hit max_tokens"] += comp.finish_reason == "length"
     c["distinct"] = len({re.sub(r"\s+", " ", r).strip() for r in regions if r.strip()})
     checkable = [r for r in regions if r.strip()]
     for check in precheck_many(plan, "cpp", checkable) if checkable else []:
@@ -113,12 +114,13 @@ def main() -> int:
             comps = backend.generate([request])[0]
             took = time.monotonic() - started
             assert all(comp.constrained == (arm != "no_grammar") for comp in comps)
-            c = classify(sc, plans[task.id], grammar, comps)
             if args.out is not None:
                 with args.out.open("a") as f:
                     for i, comp in enumerate(comps):
                         f.write(json.dumps({"task_id": task.id, "arm": arm, "sample": i, "text": comp.text,
+                                            "finish_reason": comp.finish_reason,
                                             "region": assemble(sc, comp.text).region}) + "\n")
+            c = classify(sc, plans[task.id], grammar, comps)
             totals[arm].update(c)
             seconds[arm] += took
             lines.append(row(f"{task.id.split('/', 1)[1]} {arm}", c, took))
@@ -131,5 +133,19 @@ def main() -> int:
     return 0
 
 
+def _deep(fn) -> int:
+    """Runs fn in a thread with a deep stack: the GBNF matcher recurses once per nesting level of
+    an answer, and an answer cut off by max_tokens can nest calls hundreds deep."""
+    import threading
+
+    sys.setrecursionlimit(200_000)
+    threading.stack_size(1 << 29)
+    out: list[int] = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join()
+    return out[0] if out else 1
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(_deep(main))

@@ -7,7 +7,10 @@ counts which unconstrained answers were in the language at all. It reads the sub
 scaffold/grammar.py writes and llama.cpp documents: one rule a line, `"literals"` with escapes,
 `[classes]` with ranges and `^`, rule names, `( )`, `|`, and the postfixes `* + ? {m} {m,} {m,n}`.
 Matching computes, memoised, the set of positions each node can end at from a start position;
-exact for grammars without left recursion (llama.cpp rejects those too).
+exact for grammars without left recursion (llama.cpp rejects those too). The Python stack grows
+with the text's nesting (each parenthesis a few dozen frames), not its length: a caller matching
+answers that may nest calls hundreds deep (cut off mid-loop) runs it on a deeper stack
+(benchmarks/grammar_yield.py does).
 """
 
 from __future__ import annotations
