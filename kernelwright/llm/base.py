@@ -58,6 +58,10 @@ class GenerationRequest(BaseModel):
     max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1)
     # With a seed, sample i of the request uses seed + i, so samples differ but a rerun repeats.
     seed: int | None = None
+    # A GBNF grammar (llama.cpp's format) the answer must be a sentence of, e.g. a scaffold region's
+    # language (scaffold/grammar.py). Backends that cannot apply it answer unconstrained and say so
+    # on each Completion (`constrained`).
+    grammar: str | None = None
 
     @classmethod
     def chat(cls, user: str, system: str | None = None, **sampling: object) -> GenerationRequest:
@@ -88,6 +92,9 @@ class Completion(BaseModel):
     completion_tokens: int
     # Wall time of the call that produced it; for a batched call, the whole batch's time.
     latency_s: float
+    # Whether the request's grammar was applied while sampling (False when there was none, or the
+    # backend could not apply it; recordings made before the field read as False).
+    constrained: bool = False
 
     @property
     def tokens_per_s(self) -> float:

@@ -7,6 +7,11 @@ again (a search regime draws many samples of one region). Each *request* starts 
 context and no prompt cache is attached: otherwise the KV state an earlier request left behind
 changes the next answer and a seeded rerun is no longer byte-identical. The seed is set per
 sample (seed + sample index).
+
+A request's grammar (GBNF) is applied by llama.cpp's grammar sampler: a token that would leave the
+grammar's language is never sampled, and generation ends where the grammar does. The grammar is
+parsed once before use (llama.cpp's parser returns nothing for a bad grammar, which its sampler
+chain would dereference), so a bad one is a BackendError, not a crash.
 """
 
 from __future__ import annotations
@@ -70,12 +75,24 @@ class LlamaCppBackend:
             raise BackendError(f"llama.cpp cannot load {path}: {first_line(e)}") from e
         self.load_s = time.perf_counter() - start
         self._lock = threading.Lock()  # one context: calls must not interleave
+        self._grammars: dict[str, llama_cpp.LlamaGrammar] = {}  # checked grammars by text
 
     @classmethod
     def from_spec(cls, target: str, options: Mapping[str, str]) -> LlamaCppBackend:
         from kernelwright.llm.registry import take_options
 
         return cls(target, **take_options(options, cls.SPEC_OPTIONS, "gguf"))
+
+    def _grammar(self, text: str) -> llama_cpp.LlamaGrammar:
+        if text not in self._grammars:
+            vocab = self._llm._model.vocab
+            with _quiet_native_stderr(log.isEnabledFor(logging.DEBUG)):
+                sampler = llama_cpp.llama_sampler_init_grammar(vocab, text.encode(), b"root")
+            if not sampler:
+                raise BackendError(f"llama.cpp cannot parse the request's grammar (starts {text[:60]!r})")
+            llama_cpp.llama_sampler_free(sampler)
+            self._grammars[text] = llama_cpp.LlamaGrammar.from_string(text, verbose=False)
+        return self._grammars[text]
 
     def _one(self, req: GenerationRequest, seed: int | None, fresh: bool = True) -> Completion:
         if fresh:
@@ -88,12 +105,14 @@ class LlamaCppBackend:
             messages=req.messages_as_dicts(),  # type: ignore[arg-type]
             temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
             repeat_penalty=req.repeat_penalty, max_tokens=req.max_tokens, seed=seed,
+            grammar=self._grammar(req.grammar) if req.grammar else None,
         )  # fmt: skip
         latency = time.perf_counter() - start
         choice, usage = out["choices"][0], out["usage"]
         return Completion(
             text=choice["message"]["content"] or "", finish_reason=choice["finish_reason"] or "stop",
             prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"], latency_s=latency,
+            constrained=bool(req.grammar),
         )  # fmt: skip
 
     stops_at_deadline = True  # samples are drawn one after another: a budget can stop between them

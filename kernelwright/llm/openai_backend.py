@@ -7,6 +7,11 @@ has shown that it caps n, later requests are split up front. top_k and the repea
 in the OpenAI schema; they go in `extra_body` under the names the common servers read
 (vLLM/SGLang: repetition_penalty; llama.cpp: repeat_penalty), and servers ignore the other name.
 
+Grammars (a request's GBNF) have no place in the OpenAI schema and each server reads them under
+its own name, so they are sent only when the spec says which kind of server it is,
+`?grammar=llamacpp|vllm|vllm-legacy|sglang` (GRAMMAR_FIELDS); otherwise the request goes
+unconstrained and each Completion says so (`constrained=False`).
+
 Several servers of one model (N vLLM/SGLang replicas, docs/scaling.md): list their base URLs
 separated by commas, `openai:http://a:8000/v1,http://b:8000/v1#MODEL`. Calls go round-robin over
 them, and a retry goes to the next server, so one server down slows a run instead of failing it.
@@ -45,6 +50,22 @@ def api_key_from_env() -> str:
     return os.environ.get("KERNELWRIGHT_API_KEY") or os.environ.get("OPENAI_API_KEY") or "none"
 
 
+# Where each server kind reads a GBNF grammar in the request body: llama.cpp's server `grammar`;
+# vLLM `structured_outputs.grammar` (before v0.12 `guided_grammar`); SGLang `ebnf` (XGrammar reads GBNF).
+GRAMMAR_FIELDS: dict[str, Callable[[str], dict[str, Any]]] = {
+    "llamacpp": lambda g: {"grammar": g},
+    "vllm": lambda g: {"structured_outputs": {"grammar": g}},
+    "vllm-legacy": lambda g: {"guided_grammar": g},
+    "sglang": lambda g: {"ebnf": g},
+}
+
+
+def _grammar_kind(value: str) -> str:
+    if value not in GRAMMAR_FIELDS:
+        raise BackendError(f"openai option grammar={value!r}: choose from {', '.join(GRAMMAR_FIELDS)}")
+    return value
+
+
 @dataclass(frozen=True)
 class _Call:
     index: int  # which request
@@ -54,7 +75,8 @@ class _Call:
 
 class OpenAIBackend:
     # spec options, taken out of the base URL's query: openai:http://h:8000/v1?concurrency=8#model
-    SPEC_OPTIONS: dict[str, Callable[[str], Any]] = {"concurrency": int, "timeout": float, "retries": int}
+    SPEC_OPTIONS: dict[str, Callable[[str], Any]] = {"concurrency": int, "timeout": float, "retries": int,
+                                                     "grammar": _grammar_kind}
 
     def __init__(
         self,
@@ -66,7 +88,9 @@ class OpenAIBackend:
         retries: int = 3,
         concurrency: int = 4,
         backoff_s: float = 0.25,
+        grammar: str | None = None,
     ) -> None:
+        self.grammar = _grammar_kind(grammar) if grammar else None  # the server kind, for grammars
         self.base_urls = [u.strip().rstrip("/") for u in base_url.split(",") if u.strip()]
         if not self.base_urls:
             raise BackendError("openai spec names no server URL")
@@ -150,6 +174,9 @@ class OpenAIBackend:
             extra["top_k"] = req.top_k
         if req.repeat_penalty != 1.0:
             extra["repeat_penalty"] = extra["repetition_penalty"] = req.repeat_penalty
+        constrained = bool(req.grammar) and self.grammar is not None
+        if constrained:
+            extra.update(GRAMMAR_FIELDS[self.grammar](req.grammar))  # type: ignore[index,arg-type]
         if extra:
             kwargs["extra_body"] = extra
         start = time.perf_counter()
@@ -167,6 +194,7 @@ class OpenAIBackend:
                 prompt_tokens=prompt_tokens,
                 completion_tokens=completion_tokens,
                 latency_s=latency,
+                constrained=constrained,
             )  # fmt: skip
             for c in choices
         ]

@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 
 def request_key(request: GenerationRequest, model: str) -> str:
-    payload = {"model": model, **request.model_dump(mode="json")}
+    # A request without a grammar keys as it did before the field existed: old recordings replay.
+    payload = {"model": model, **request.model_dump(mode="json", exclude={"grammar"} if request.grammar is None else None)}
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 

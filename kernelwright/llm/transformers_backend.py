@@ -4,6 +4,11 @@ All samples of all requests that share sampling settings are generated together,
 `batch_size` rows at a time: on a GPU one batch of 8 costs little more than one sample.
 `model.generate` takes one sampling setting and one RNG per call, so a seed makes a rerun of the
 same requests give the same completions, but a sample's text depends on the batch it was in.
+
+Grammars are not applied here: a GBNF logits processor over a batch needs a grammar engine
+(xgrammar, llguidance) that is not a dependency. A request's grammar is ignored and every
+Completion says `constrained=False`; on a GPU, constrained decoding goes through a vLLM or SGLang
+server (openai backend, `?grammar=vllm|sglang`).
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@
 * ``precheck(plan, target, region)`` / ``precheck_many(...)`` -> ``PrecheckResult``: the region
   against the segment computed by PyTorch on probe values, in well under a second, before any
   extension build (``precheck/``).
+* ``region_grammar(scaffold)`` -> GBNF of a region answer (``grammar.py``): what constrained
+  decoding lets the model write.
 
 Plans are cached per (task source, size) in memory: they are deterministic, and a study asks
 for the same task's scaffold once per regime and turn.
@@ -24,13 +26,14 @@ from kernelwright.records import Task
 
 from .planner_job import PlanBatch, PlanJob
 from .precheck import Counterexample, PrecheckResult, PrecheckStatus, precheck, precheck_many
+from .grammar import region_grammar
 from .skeleton import write
 from .splice import assemble
 from .types import BEGIN, END, Assembly, KernelArg, Probes, Scaffold, ScaffoldPlan, Segment, SegmentKind
 
 __all__ = ["BEGIN", "END", "Assembly", "Counterexample", "KernelArg", "PrecheckResult", "PrecheckStatus", "Probes",
            "Scaffold", "ScaffoldError", "ScaffoldPlan", "Segment", "SegmentKind", "assemble", "build", "plan_task",
-           "plan_tasks", "precheck", "precheck_many", "write"]
+           "plan_tasks", "precheck", "precheck_many", "region_grammar", "write"]
 
 DEFAULT_TIMEOUT_S = 300.0
 _cache: dict[str, ScaffoldPlan] = {}

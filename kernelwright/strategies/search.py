@@ -4,7 +4,9 @@ Small models are weak at whole programs and decent at small checked pieces, and 
 when they can try many times against an exact check. One turn:
 
 1. n answers for the region in one backend request (llama.cpp evaluates the prompt once for all n),
-   each spliced into the scaffold;
+   constrained to the region's language where the backend can apply a grammar (scaffold/grammar.py:
+   a fenced block of statements over the names in scope and the target's real math functions, so
+   a prose answer or an undefined name cannot be sampled), each spliced into the scaffold;
 2. duplicates dropped: regions equal after whitespace normalisation are one candidate;
 3. every distinct region pre-checked in milliseconds (scaffold/precheck.py: the region's math
    alone, compiled without torch and run on probe values with edge cases, against PyTorch);
@@ -18,11 +20,12 @@ Every sample becomes an Attempt: a pre-check failure gets the verdict the evalua
 (wrong_output for a counterexample, compile_error / hallucinated_api for a compiler error) with
 one `precheck` stage and no build; a duplicate carries its twin's verdict; a pre-check pass left
 unbuilt because a correct kernel was already found is `not_built`. Each attempt's
-notes["search"] says which (drawn, distinct, pre-check result, built).
+notes["search"] says which (drawn, distinct, pre-check result, built) and whether the answer was
+sampled under the grammar (`constrained`: the backend says, per answer).
 
 Ablations, each part switched off on its own so a study shows what it buys: +no_precheck (build
 every distinct sample, in sampling order), +no_repair (every turn samples the base prompt again,
-with a new seed), +n=K. (Constrained decoding, and its +no_grammar ablation, is not built yet.)
+with a new seed), +no_grammar (answers unconstrained), +n=K.
 A task without a scaffold gets whole programs: n a turn, every one built (nothing to pre-check).
 """
 
@@ -78,7 +81,7 @@ def run(ctx: RunContext) -> None:
     n = c.n or DEFAULT_N
     turns = c.turns or DEFAULT_TURNS
     temperature = DEFAULT_TEMPERATURE if c.temperature is None else c.temperature
-    base = prompts.render("task", **ctx.task_vars())
+    base = prompts.render("task", **prompt_vars(ctx))
     user = base
     tried: set[str] = set()  # regions already built or refuted in an earlier turn
     for turn in range(turns):
@@ -98,9 +101,29 @@ def run(ctx: RunContext) -> None:
 
 # -- one turn ------------------------------------------------------------------------------------
 
+def _grammar(ctx: RunContext) -> Optional[str]:
+    """The region's language, when there is a region and +no_grammar does not switch it off."""
+    sc = ctx.scaffold()
+    if sc is None or ctx.config.has("no_grammar"):
+        return None
+    from kernelwright.scaffold import region_grammar
+
+    return region_grammar(sc) or None
+
+
+def prompt_vars(ctx: RunContext) -> dict[str, Any]:
+    """The task's prompt variables; under the grammar also how locals are declared in it (t0, t1,
+    ...), so the prompt describes the language the answer is held to."""
+    if _grammar(ctx) is None:
+        return ctx.task_vars()
+    from kernelwright.scaffold.grammar import local_decl
+
+    return {**ctx.task_vars(), "local_decl": local_decl(ctx.scaffold())}
+
+
 def _draw(ctx: RunContext, user: str, turn: int, n: int, temperature: float) -> list[Sample]:
     request = ctx._request(ctx.messages(user), n, temperature, ctx.config.max_tokens,
-                           ctx.config.seed + 1000 * turn)
+                           ctx.config.seed + 1000 * turn).model_copy(update={"grammar": _grammar(ctx)})
     ctx.progress({"event": "generate", "turn": turn, "n": n})
     started = time.monotonic()
     completions = ctx._generate(request)
@@ -219,7 +242,7 @@ def _record(ctx: RunContext, user: str, samples: list[Sample], turn: int) -> lis
     for s in samples:
         result = s.result if s.result is not None else _unbuilt_result(ctx, s, samples)
         note = {"drawn": len(samples), "votes": samples[s.twin].votes if s.twin is not None else s.votes,
-                "duplicate_of": s.twin, "built": s.built,
+                "duplicate_of": s.twin, "built": s.built, "constrained": s.completion.constrained,
                 "precheck": s.check.model_dump(mode="json") if s.check is not None else None}
         if s.notes.get("seen_before"):
             note["seen_before"] = True
@@ -260,4 +283,4 @@ def _repair_prompt(ctx: RunContext, samples: list[Sample], batch: list[Attempt])
     sc = ctx.scaffold()
     if sc is None:
         return prompts.render("iterate", **ctx.task_vars(), best_code=s.region, report=problem)
-    return prompts.render("search_repair", **ctx.task_vars(), region=s.region.strip(), problem=problem.strip())
+    return prompts.render("search_repair", **prompt_vars(ctx), region=s.region.strip(), problem=problem.strip())

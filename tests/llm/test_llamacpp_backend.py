@@ -39,6 +39,20 @@ def test_greedy_and_counts(backend) -> None:
     assert c.finish_reason == "length" and c.completion_tokens == 1
 
 
+def test_a_grammar_constrains_the_answer_and_a_bad_one_is_one_line(backend) -> None:
+    from kernelwright.llm import BackendError
+
+    grammar = 'root ::= "answer: " ("yes" | "no")'
+    req = GenerationRequest.chat("Is a GPU faster than a CPU? Explain in detail.", n=2, seed=2, max_tokens=16,
+                                 grammar=grammar)
+    got = backend.generate([req])[0]
+    assert {c.text for c in got} <= {"answer: yes", "answer: no"} and all(c.constrained for c in got)
+    plain = backend.generate([req.model_copy(update={"grammar": None, "n": 1})])[0][0]
+    assert not plain.constrained and not plain.text.startswith("answer: ")
+    with pytest.raises(BackendError, match="cannot parse the request's grammar"):
+        backend.generate([req.model_copy(update={"grammar": "root ::= undefined-rule"})])
+
+
 def test_embedded_name_says_where_it_runs_in_one_line(small_model: Path, caplog) -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (pip install 'kernelwright[local]')")
     with caplog.at_level(logging.INFO, logger="kernelwright.llm"):

@@ -102,3 +102,25 @@ def test_record_real_model_then_replay(small_model: Path, tmp_path: Path) -> Non
     live = make_backend(f"record:{path}=gguf:{small_model}").generate(reqs)
     assert [len(r) for r in live] == [2, 1] and all(c.completion_tokens > 0 for r in live for c in r)
     assert make_backend(f"replay:{path}").generate(reqs) == live
+
+
+def test_recordings_made_before_grammars_still_replay(tmp_path: Path) -> None:
+    """A line as written before GenerationRequest.grammar and Completion.constrained existed keeps
+    its key (the key of a request without a grammar leaves the field out) and loads."""
+    import hashlib
+    import json
+
+    old_request = REQ.model_dump(mode="json")
+    del old_request["grammar"]
+    old_completion = completion("answer").model_dump(mode="json")
+    del old_completion["constrained"]
+    payload = json.dumps({"model": "m", **old_request}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    line = {"key": hashlib.sha256(payload.encode()).hexdigest(), "model": "m", "request": old_request,
+            "completions": [old_completion, old_completion], "recorded_at": 0.0}
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    [got] = ReplayBackend(path).generate([REQ])
+    assert [c.text for c in got] == ["answer", "answer"] and not any(c.constrained for c in got)
+    # a constrained request is another request: its answers were never recorded
+    with pytest.raises(BackendError, match="no recording"):
+        ReplayBackend(path).generate([REQ.model_copy(update={"grammar": 'root ::= "y"'})])

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from kernelwright.scaffold import Scaffold, SegmentKind
+from kernelwright.scaffold.grammar import local_name
 
 
 class Unsupported(Exception):
@@ -105,7 +106,7 @@ class Emitter:
     def reduce(self, how: str, v: Sym) -> Sym:
         if not self.row:
             raise Unsupported("a reduction in an elementwise segment")
-        r = f"r{next(self.counter)}"
+        r = local_name(next(self.counter))  # the region language's locals (scaffold/grammar.py)
         if self.lang == "py":
             if how == "max":
                 self.lines.append(f"{r} = tl.max(tl.where(mask, {v.expr}, -float('inf')), axis=0)")
@@ -250,5 +251,6 @@ def _cumsum(em: Emitter, wrong: bool) -> str:
     if em.lang == "py":
         return f"y = tl.cumsum(x, axis=0){' + 1.0' if wrong else ''}"
     guard = "if (threadIdx.x == 0) " if em.target == "cuda" else ""
-    return (f"{guard}{{\n    float acc = 0.0f;\n    for (int64_t j = 0; j < cols; ++j) {{ acc += x(j); "
-            f"y[j] = acc{bump}; }}\n}}")
+    acc = local_name(0)
+    return (f"{guard}{{\n    float {acc} = 0.0f;\n    for (int64_t j = 0; j < cols; ++j) {{ {acc} += x(j); "
+            f"y[j] = {acc}{bump}; }}\n}}")
