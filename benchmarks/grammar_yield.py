@@ -3,7 +3,7 @@
 For each task, the search regime's first request (scaffolded, CPU C++ target) is sampled n times in
 each arm, same seeds, and every answer is spliced and pre-checked (scaffold/precheck). Arms:
 `grammar` (what `search` sends: the grammar, and the prompt's line on how locals are named),
-`no_grammar` (what `search+no_grammar` sends), `grammar_bare` (the grammar under the plain prompt,
+`no_grammar` (what plain `search` sends), `grammar_bare` (the grammar under the plain prompt,
 which does not say that locals are t0, t1, ...). Per arm it counts: answers with no code, answers
 outside the grammar's language, pre-check passes, counterexamples, compile errors and, among those,
 undefined names (the compiler says a name is not declared / not a member); and the time per answer.
@@ -97,7 +97,7 @@ def main() -> int:
     lines = []
     for task in tasks:
         for arm in arms:
-            spec = "search+no_grammar" if arm != "grammar" else "search"
+            spec = "search" if arm != "grammar" else "search+grammar"
             config = parse_regime(spec, target="cpp", scaffold=True, seed=args.seed, max_tokens=args.max_tokens)
             ctx = RunContext(task=task, backend=backend, config=config, eval_config=EvalConfig(device="cpu"),
                              cell_key="grammar-yield")

@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict
 
 REGIME_NAMES = ("zero_shot", "guided", "iterative", "agentic", "routed", "search")
 ABLATIONS = ("no_analyzer", "no_retrieval", "no_feedback_analyzer", "single_turn", "ambition", "no_grounding",
-             # search's parts, each switched off on its own (strategies/search.py)
-             "no_precheck", "no_repair", "no_grammar")
+             # search's parts, each switched off on its own, and its grammar switched on (strategies/search.py)
+             "no_precheck", "no_repair", "grammar")
 
 
 class RegimeError(ValueError):

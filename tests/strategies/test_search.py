@@ -34,9 +34,9 @@ UNSURE = PrecheckResult(status=PrecheckStatus.UNSUPPORTED, target="cpp", error="
 
 
 def test_the_regime_and_its_ablations_parse():
-    c = parse_regime("search+no_precheck+no_repair+no_grammar+n=16", target="cpp")
-    assert c.name == "search" and c.has("no_precheck") and c.has("no_repair") and c.has("no_grammar") and c.n == 16
-    assert c.spec == "search+no_precheck+no_repair+no_grammar+n=16"
+    c = parse_regime("search+no_precheck+no_repair+grammar+n=16", target="cpp")
+    assert c.name == "search" and c.has("no_precheck") and c.has("no_repair") and c.has("grammar") and c.n == 16
+    assert c.spec == "search+no_precheck+no_repair+grammar+n=16"
 
 
 class Scripted:
@@ -55,14 +55,14 @@ class Scripted:
                 for r in requests]
 
 
-def test_region_answers_are_sampled_under_the_grammar_unless_no_grammar():
+def test_region_answers_are_sampled_under_the_grammar_with_grammar():
     from kernelwright.evaluate import EvalConfig
     from kernelwright.scaffold.grammar import region_grammar
     from kernelwright.strategies.base import RunContext
     from kernelwright.tasks import load_tasks
 
     task = next(t for t in load_tasks("builtin") if t.id == "builtin/L1/01_gelu_tanh")
-    for spec, constrained in (("search", True), ("search+no_grammar", False)):
+    for spec, constrained in (("search+grammar", True), ("search", False)):
         backend = Scripted()
         ctx = RunContext(task=task, backend=backend, config=parse_regime(spec, target="cpp", scaffold=True),
                          eval_config=EvalConfig(device="cpu"), cell_key="k")
@@ -72,7 +72,7 @@ def test_region_answers_are_sampled_under_the_grammar_unless_no_grammar():
         batch = S._record(ctx, "the prompt", samples, 0)
         assert [a.notes["search"]["constrained"] for a in batch] == [constrained, constrained]
         # the prompt says how locals are named in the language the answer is held to, and only then
-        # (+no_grammar's prompt is the plain one, so recorded unconstrained runs still replay)
+        # (without +grammar the prompt is the plain one, so recorded unconstrained runs still replay)
         prompt = prompts.render("task", **S.prompt_vars(ctx))
         assert ("`float t0 = ...;`, then t1, t2" in prompt) == constrained
         if not constrained:
@@ -130,14 +130,14 @@ def test_search_on_real_answers_builds_only_what_the_precheck_passed(build_cache
     `optimize` run on the 2-core CPU, replayed here), through the real pre-check and evaluator:
     six refuted in milliseconds (five counterexamples, one compiler error), one duplicate, and the
     one region that passed is the one built, and it is correct. They were sampled unconstrained
-    (before the grammar), so the regime replays them under +no_grammar: the request is the recorded one."""
+    (before the grammar), so the regime replays them without +grammar: the request is the recorded one."""
     from kernelwright.evaluate import EvalConfig
     from kernelwright.llm import make_backend
     from kernelwright.optimize.inputs import load_input
     from kernelwright.strategies import run_regime, selection
 
     task = load_input(str(EXAMPLE))
-    config = parse_regime("search+no_grammar", target="cpp", seed=0, max_tokens=1024, scaffold=True)
+    config = parse_regime("search", target="cpp", seed=0, max_tokens=1024, scaffold=True)
     logged = []
     cell = run_regime(task, make_backend(f"replay:{TRANSCRIPT}"), config,
                       EvalConfig(device="cpu", trials=3, time=False, timeout=300.0, cache_dir=str(build_cache)),
