@@ -195,6 +195,10 @@ def plan_import(candidates: list[Imported], tasks: list, label: str, settings: E
     groups: dict[tuple[int, int], list[Imported]] = {}
     for c in candidates:
         groups.setdefault((c.level, c.problem), []).append(c)
+    # every selected task is a cell: a problem the input has no code for is scored `no_code` (a
+    # failure in every rate), never left out of the denominator
+    for number in by_number:
+        groups.setdefault(number, [])
     jobs = []
     for (level, problem), cands in sorted(groups.items()):
         cands = sorted(cands, key=lambda c: (c.turn, c.sample))

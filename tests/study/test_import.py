@@ -38,12 +38,19 @@ def test_runs_folder_is_mapped_rescored_and_resumable(tmp_path, build_cache):
     shutil.copy(CPU / "torch_only.py", runs / "level_9_problem_1_sample_0_kernel.py")  # no such task
     (runs / "notes.py").write_text("# not a run file\n")
     out = tmp_path / "study"
-    args = [str(tmp_path / "runs"), "--tasks", "builtin", "--out", str(out), "--no-timing", "--trials", "3",
+    args = [str(tmp_path / "runs"), "--tasks", "builtin:1-2:1-3", "--out", str(out), "--no-timing", "--trials", "3",
             "--cache-dir", str(build_cache)]
     run_import(*args)
     data = read_study(out)
     cells = {c.task_id: c for c in data.cells}
-    assert set(cells) == {"builtin/L2/01_linear_gelu_scale", "builtin/L1/03_softmax", "unmatched/L9/1"}
+    # every selected task is a cell (L1 and L2, problems 1-3), plus the problem no task matches
+    from kernelwright.tasks import load_tasks
+
+    selected = {t.id for t in load_tasks("builtin:1-2:1-3")}
+    assert set(cells) == selected | {"unmatched/L9/1"} and len(selected) == 6
+    for tid in selected - {"builtin/L2/01_linear_gelu_scale", "builtin/L1/03_softmax"}:
+        # no code in the input for it: a cell that counts as a failure, not a hole in the denominator
+        assert cells[tid].status == "ok" and cells[tid].verdict == Verdict.NO_CODE and not cells[tid].attempt_ids
     good = cells["builtin/L2/01_linear_gelu_scale"]
     assert good.verdict == Verdict.CORRECT and good.custom_kernel and good.regime == "import:runs"
     softmax = data.attempts_of(cells["builtin/L1/03_softmax"])
