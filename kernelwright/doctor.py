@@ -23,13 +23,14 @@ class Check:
     fix: str = ""  # what to do when it is missing
 
 
-def _first_line(cmd: list[str]) -> Optional[str]:
+def _version_lines(cmd: list[str]) -> Optional[list[str]]:
+    """What `cmd` (a --version call) printed, or None when it does not run."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
     text = (proc.stdout or proc.stderr).strip().splitlines()
-    return text[0] if proc.returncode == 0 and text else None
+    return text if proc.returncode == 0 and text else None
 
 
 def _python() -> Check:
@@ -50,18 +51,17 @@ def _compiler() -> Check:
     from torch.utils import cpp_extension
 
     cxx = getattr(cpp_extension, "get_cxx_compiler", lambda: "c++")()
-    line = _first_line([cxx, "--version"])
-    if line is None:
+    lines = _version_lines([cxx, "--version"])
+    if lines is None:
         return Check("c++ compiler", False, f"{cxx} does not run", "apt-get install g++ (C++ kernels and every build)")
-    return Check("c++ compiler", True, f"{cxx}: {line}")
+    return Check("c++ compiler", True, f"{cxx}: {lines[0]}")
 
 
 def _nvcc() -> Check:
-    line = _first_line(["nvcc", "--version"]) if shutil.which("nvcc") else None
-    if line is None:
+    lines = _version_lines(["nvcc", "--version"]) if shutil.which("nvcc") else None
+    if lines is None:
         return Check("nvcc", None, "not found", "the CUDA toolkit, for CUDA kernels (`eval --compile-only` too)")
-    full = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
-    return Check("nvcc", True, full.splitlines()[-1] if full else line)
+    return Check("nvcc", True, lines[-1])  # its last line names the release and build
 
 
 def _gpus() -> Check:

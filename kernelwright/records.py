@@ -47,6 +47,10 @@ class Verdict(str, enum.Enum):
         return self in (Verdict.COMPILE_ERROR, Verdict.HALLUCINATED_API, Verdict.SYNTAX_ERROR, Verdict.NO_CODE)
 
 
+# Verdicts the evaluator reaches before any build (the parent's checks) or that say none was made
+# (search's pre-check pass left unbuilt).
+DECIDED_BEFORE_BUILD = frozenset({Verdict.NO_CODE, Verdict.SYNTAX_ERROR, Verdict.STATIC_VIOLATION, Verdict.NOT_BUILT})
+
 # Verdicts reached only after the candidate's code built and imported.
 BUILT_VERDICTS = frozenset(
     {

@@ -55,3 +55,18 @@ def candidate_param(path: Path, *values, id: str | None = None):
     """A pytest.param for a candidate file, marked `build` when evaluating it compiles."""
     marks = [pytest.mark.build] if builds(path.read_text()) else []
     return pytest.param(path.name, *values, marks=marks, id=id or path.name)
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 1 MB tmpfs: a disk that fills up (needs root; skipped where mount is refused)."""
+    import subprocess
+
+    mount = tmp_path / "full"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)

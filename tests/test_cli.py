@@ -76,11 +76,11 @@ def test_tasks_prints_whole_names_whatever_the_width(tmp_path):
 def test_doctor_says_what_this_machine_can_do():
     p = kw("doctor")
     assert p.returncode in (0, 2), p.stderr  # 2: something required is missing (named on its line)
-    lines = {line.split()[0] + (" " + line.split()[1] if line.startswith(("c++", "embedded")) else ""): line
-             for line in p.stdout.splitlines() if line.strip()}
-    for name in ("python", "torch", "c++ compiler", "nvcc", "GPUs", "triton", "embedded model", "sandbox"):
-        assert name in lines, p.stdout
+    lines = p.stdout.splitlines()
+    by_name = {name: next((ln for ln in lines if ln.startswith(name + " ")), None)
+               for name in ("python", "torch", "c++ compiler", "nvcc", "GPUs", "triton", "embedded model", "sandbox")}
+    assert all(by_name.values()), p.stdout
     # this machine (and CI's) builds C++: the compiler's own --version answered
-    assert " ok " in lines["c++ compiler"] and "c++" in lines["c++ compiler"].split("ok", 1)[1]
-    assert p.stdout.splitlines()[-1].startswith("this machine can: ")
-    assert (p.returncode == 2) == any(" MISSING " in line for line in lines.values())
+    assert by_name["c++ compiler"].split()[2] == "ok", by_name["c++ compiler"]
+    assert lines[-1].startswith("this machine can: ")
+    assert (p.returncode == 2) == any(" MISSING " in ln for ln in lines)

@@ -182,6 +182,16 @@ def cpu_peaks(cache_dir: Path | None = None) -> DevicePeaks:
     return peaks
 
 
+def floor_bandwidth(device: str, cache_dir: Path | None = None) -> float | None:
+    """Memory bandwidth (bytes/s) for the evaluator's physical floor on `device`: measured on this
+    CPU (cached per machine under `cache_dir`), the table's figure for a known GPU, and None for a
+    GPU we have no figure for (an assumed figure must not call a real kernel a cheat)."""
+    if device.startswith("cuda"):
+        peaks = device_peaks(device)
+        return peaks.bandwidth if peaks.sources.get("bandwidth") != "assumed" else None
+    return cpu_peaks(cache_dir).bandwidth
+
+
 def _cpu_fingerprint() -> str:
     model = platform.processor() or platform.machine()
     try:

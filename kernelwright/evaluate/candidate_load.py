@@ -35,8 +35,6 @@ def error_text(exc: BaseException, log: str = "") -> str:
              if fr.filename.endswith("candidate.py") or fr.filename.startswith("<reference-")][-3:]
     head = f"{type(exc).__name__}: {exc}"
     text = first_relevant_lines(head + "\n" + log) if log or len(head) > 400 else head
-    if not text.strip():  # never an empty message: the exception's own first line, shortened
-        text = head if len(head) <= 400 else head[:399].rstrip() + "…"
     return "\n".join([text, *where]) if where else text
 
 

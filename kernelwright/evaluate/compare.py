@@ -7,7 +7,7 @@ candidate that rebinds `torch.allclose` cannot change the verdict.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -156,3 +156,18 @@ def identical(a: Any, b: Any) -> bool:
         elif not _equal(x, y):
             return False
     return True
+
+
+UNJOINED = ("the output changed after forward returned: work on another stream was not joined to the "
+            "caller's stream")
+
+
+def unjoined(out: Any, device: torch.device, synchronize: Callable[[], None]) -> bool:
+    """On a GPU: is an output still being written after forward returned to the caller? A snapshot
+    on the current stream (it runs after everything forward queued *there*) differs from the
+    outputs once the whole device is done (`synchronize`, the caller's own captured one)."""
+    tensors = [t for t in flatten(out) if isinstance(t, torch.Tensor) and t.is_cuda]
+    snap = [t.clone() for t in tensors]
+    torch.cuda.current_stream(device).synchronize()
+    synchronize()
+    return not all(identical(s, t) for s, t in zip(snap, tensors))

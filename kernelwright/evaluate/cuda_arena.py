@@ -88,8 +88,7 @@ class CudaArena(Placement):
 
     def handle(self) -> str:
         """The IPC handle, hex: what the runner needs to map this allocation (and nothing else)."""
-        h = _Handle()
-        _current(self.device)
+        h = _Handle()  # create made the allocation's context current on this thread
         _check(_cu().cuIpcGetMemHandle(ctypes.byref(h), self.ptr), "cuIpcGetMemHandle")
         return ctypes.string_at(ctypes.addressof(h), HANDLE_BYTES).hex()  # .reserved would stop at a NUL
 

@@ -129,9 +129,9 @@ class Judge:
             self.torch, self.compare, self.timing, self.work, self.draw = torch, compare, timing, work, draw
             self.device_lock = device_lock
             if timed:
-                from kernelwright.analysis.roofline import cpu_peaks, device_peaks
+                from kernelwright.analysis.roofline import floor_bandwidth
 
-                self.peaks = (cpu_peaks, device_peaks)
+                self.floor_bandwidth = floor_bandwidth
             self.device = torch.device(job["device"])
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
@@ -291,15 +291,9 @@ class Judge:
             self._compile_baseline(draw, check, cfg, cand)
 
     def _bandwidth(self) -> Optional[float]:
-        """Memory bandwidth for the floor: measured on this CPU (cached per machine in the cache
-        folder), the table's figure for a known GPU; None for a GPU we have no figure for."""
         from pathlib import Path
 
-        cpu_peaks, device_peaks = self.peaks
-        if self.device.type == "cuda":
-            peaks = device_peaks(str(self.device))
-            return peaks.bandwidth if peaks.sources.get("bandwidth") != "assumed" else None
-        return cpu_peaks(Path(self.job["builds_root"]).parent).bandwidth
+        return self.floor_bandwidth(str(self.device), Path(self.job["builds_root"]).parent)
 
     def _compile_baseline(self, draw: Any, check: Any, cfg: Any, cand: Any) -> None:
         """torch.compile(reference) in the reference's runner, timed against the eager reference there

@@ -200,7 +200,7 @@ class Runner:
     # -- calls --------------------------------------------------------------------------------
 
     def do_call(self, req: Any, fds: list[int]) -> Any:
-        from kernelwright.evaluate import candidate_load, instrument, work
+        from kernelwright.evaluate import candidate_load, compare, instrument, work
         from kernelwright.evaluate.compare import flatten
         from kernelwright.evaluate.link import Reply
 
@@ -229,10 +229,10 @@ class Runner:
                 if req.probe == "count_ops":
                     return Reply(ok=True, calls=instrument.count_new_op_calls(self.new_ops, lambda: model(*args)))
                 out = model(*args)
-            if req.join_check and self.device.type == "cuda":
-                unjoined = self._unjoined(out)
-                if unjoined:
-                    return Reply(ok=False, kind="error", verdict="cheat", error=unjoined)
+            # a claim against the candidate (outputs written after forward returned), so its own
+            # process may check it
+            if req.join_check and self.device.type == "cuda" and compare.unjoined(out, self.device, self._sync):
+                return Reply(ok=False, kind="error", verdict="cheat", error=compare.UNJOINED)
             self._sync()
         except SystemExit as e:
             return Reply(ok=False, kind="exit", error=f"the candidate called sys.exit({e.code!r})")
@@ -286,22 +286,6 @@ class Runner:
             return OutSpec(tensor=True, shape=list(item.shape)[:64], dtype=dtype_name(item.dtype),
                            device=str(item.device))
         return OutSpec(tensor=False, dtype=type(item).__name__)
-
-    def _unjoined(self, out: Any) -> Optional[str]:
-        """Work on another stream that forward did not join to the caller's: a snapshot on the
-        current stream (it runs after everything forward queued there) differs from the outputs
-        once the whole device is done. A claim against the candidate, so its own process may run it."""
-        from kernelwright.evaluate.compare import flatten, identical
-
-        torch = self.torch
-        tensors = [t for t in flatten(out) if isinstance(t, torch.Tensor) and t.is_cuda]
-        snap = [t.clone() for t in tensors]
-        torch.cuda.current_stream(self.device).synchronize()
-        torch.cuda.synchronize(self.device)
-        if all(identical(s, t) for s, t in zip(snap, tensors)):
-            return None
-        return ("the output changed after forward returned: work on another stream was not joined to the "
-                "caller's stream")
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

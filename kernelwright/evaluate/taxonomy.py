@@ -265,7 +265,8 @@ def first_relevant_lines(text: str, max_lines: int = 12) -> str:
     Keeps compiler errors (with file:line and the offending code line under each), fatal errors and
     Python exception lines; drops ninja progress, include chains, command lines and duplicates, and
     the build directory in front of main.cpp / cuda.cu. When nothing looks like an error, falls back
-    to the last meaningful lines.
+    to the last meaningful lines, and when nothing is meaningful, to the first line, shortened: the
+    text is never empty while there is any.
     """
     lines = _unglue(text).splitlines()
     kept: list[str] = []
@@ -290,7 +291,10 @@ def first_relevant_lines(text: str, max_lines: int = 12) -> str:
     fitted = [_fit(ln) for ln in lines]
     tail = [ln.strip() for ln in fitted if ln is not None and ln.strip() and not _NOISE.match(ln)]
     unique = list(dict.fromkeys(tail))
-    return "\n".join(unique[-max_lines:])
+    if unique:
+        return "\n".join(unique[-max_lines:])
+    first = next((ln.strip() for ln in lines if ln.strip()), "")
+    return _shorten_to_fit(first)
 
 
 def _fit(line: str) -> Optional[str]:
@@ -300,4 +304,8 @@ def _fit(line: str) -> Optional[str]:
         return line
     if _COMMAND.search(line):
         return None
-    return line[: _LONG_LINE - 1].rstrip() + "…"
+    return _shorten_to_fit(line)
+
+
+def _shorten_to_fit(line: str) -> str:
+    return line if len(line) <= _LONG_LINE else line[: _LONG_LINE - 1].rstrip() + "…"

@@ -100,9 +100,9 @@ class Worker:
             self.draw = draw
             if job.get("time", True) and not job.get("compile_only"):
                 # imported before any candidate code runs
-                from kernelwright.analysis.roofline import cpu_peaks, device_peaks
+                from kernelwright.analysis.roofline import floor_bandwidth
 
-                self.peaks = (cpu_peaks, device_peaks)
+                self.floor_bandwidth = floor_bandwidth
             self.device = torch.device(job["device"])
             # fp32 means fp32: TF32 off for matmul and cuDNN, for the reference and the candidate alike.
             torch.backends.cuda.matmul.allow_tf32 = False
@@ -164,21 +164,24 @@ class Worker:
             except Exception as e:
                 raise Finish(*classify_runtime(e))
 
-        with self.stage("correctness"):
+        # work on the device without a clock holds it shared: never during another process's timing
+        device = job["device"]
+        with self.stage("correctness"), device_lock.DeviceLock(device, shared=True):
             self._correctness(counter, new_ops)
         self._check_tamper(guard)
         self._check_leftovers(threads_before, children_before)
 
         if job.get("time", True):
             # one hold across the candidate's and the reference's timing: the two are compared
-            with self.stage("timing"), device_lock.DeviceLock(job["device"]):
+            with self.stage("timing"), device_lock.DeviceLock(device) as held:
+                self.fields["device_lock_wait_s"] = round(held.waited, 4)
                 self._timing()
             self._check_tamper(guard)
-            with self.stage("recheck"):
+            with self.stage("recheck"), device_lock.DeviceLock(device, shared=True):
                 self._recheck()
             self._check_leftovers(threads_before, children_before)
         if self.fields["custom_kernel"]:
-            with self.stage("work"):
+            with self.stage("work"), device_lock.DeviceLock(device, shared=True):
                 self._work(new_ops)
             self._check_tamper(guard)
             self._check_leftovers(threads_before, children_before)
@@ -232,19 +235,8 @@ class Worker:
 
     def _side_stream_check(self, out: Any) -> None:
         """On a GPU: is the output still being written after forward returned to the caller?"""
-        if self.device.type != "cuda":
-            return
-        torch = self.torch
-        tensors = [t for t in self.compare.flatten(out) if isinstance(t, torch.Tensor)]
-        # Snapshot on the current stream only: it runs after everything forward queued *there*.
-        snap = [t.clone() for t in tensors]
-        torch.cuda.current_stream(self.device).synchronize()
-        self.timing._synchronize()
-        for s, t in zip(snap, tensors):
-            if not self.compare.identical(s, t):
-                raise Finish("cheat", "the output changed after forward returned: work on another stream "
-                             "was not joined to the caller's stream",
-                             cheat_reasons=["unsynchronized side-stream work"])
+        if self.device.type == "cuda" and self.compare.unjoined(out, self.device, self.timing._synchronize):
+            raise Finish("cheat", self.compare.UNJOINED, cheat_reasons=["unsynchronized side-stream work"])
 
     def _timing(self) -> None:
         """The candidate against the reference under timing.time_pair: fresh inputs per call from a
@@ -273,15 +265,9 @@ class Worker:
             self._compile_baseline(draw, check, cfg, cand)
 
     def _bandwidth(self) -> Optional[float]:
-        """Memory bandwidth for the floor: measured on this CPU (cached per machine in the cache
-        folder), the table's figure for a known GPU; None for a GPU we have no figure for."""
         from pathlib import Path
 
-        cpu_peaks, device_peaks = self.peaks
-        if self.device.type == "cuda":
-            peaks = device_peaks(str(self.device))
-            return peaks.bandwidth if peaks.sources.get("bandwidth") != "assumed" else None
-        return cpu_peaks(Path(self.job["builds_root"]).parent).bandwidth
+        return self.floor_bandwidth(str(self.device), Path(self.job["builds_root"]).parent)
 
     def _compile_baseline(self, draw: Any, check: Any, cfg: Any, cand: Any) -> None:
         """torch.compile(reference), timed under the protocol the candidate was timed with (time_pair

@@ -45,6 +45,7 @@ def cpu_threads() -> int:
 
 
 class LlamaCppBackend:
+    stops_at_deadline = True  # samples are drawn one after another: a budget can stop between them
     SPEC_OPTIONS = {"model": str, "n_ctx": int, "threads": int, "gpu_layers": int}
 
     def __init__(
@@ -114,8 +115,6 @@ class LlamaCppBackend:
             prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"], latency_s=latency,
             constrained=bool(req.grammar),
         )  # fmt: skip
-
-    stops_at_deadline = True  # samples are drawn one after another: a budget can stop between them
 
     def generate(self, requests: Sequence[GenerationRequest], deadline: float | None = None) -> list[list[Completion]]:
         results: list[list[Completion]] = []

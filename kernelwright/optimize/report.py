@@ -156,7 +156,6 @@ def render_html(task: Task, o: Outcome, ts: list[Table], code: Optional[str]) ->
 
 
 def write(out_dir: Path, task: Task, o: Outcome, attempts: list[Attempt]) -> None:
-
     kept = next((a for a in attempts if a.id == o.kept_id), None)
     code = None
     if kept is not None:

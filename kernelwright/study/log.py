@@ -84,14 +84,22 @@ def read_records(path: Path, model: type[M]) -> tuple[list[M], int]:
     return out, bad
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `path` whole or not at all: a temporary file, synced, renamed over it when complete,
+    and removed when the write fails (a full disk leaves no partial file that looks finished)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 @dataclass

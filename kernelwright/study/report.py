@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelwright.study import figures, metrics, tables
-from kernelwright.study.log import StudyData, read_study
+from kernelwright.study.log import StudyData, read_study, write_text_atomic
 from kernelwright.study.tables import Table
 
 
@@ -143,18 +143,9 @@ def write_report(folders: list[Path], out: Path | None = None) -> dict[str, Path
     try:
         out.mkdir(parents=True, exist_ok=True)
         report = build(folders, figure_dir=out / "figures")
-        _write_whole(md, render_markdown(report, out))
-        _write_whole(html, render_html(report))
+        write_text_atomic(md, render_markdown(report, out))
+        write_text_atomic(html, render_html(report))
     except OSError as e:  # a full disk, a read-only folder: one line, and no half-written report
         raise ReportError(f"cannot write the report to {out}: {e.strerror or e}") from None
     return {"markdown": md, "html": html, **{p.stem: p for p in report.figures.values()}}
 
-
-def _write_whole(path: Path, text: str) -> None:
-    """Write `path` whole or not at all (a temporary file, renamed over it when complete)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)

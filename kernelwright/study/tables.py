@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from kernelwright.records import Verdict
+from kernelwright.records import DECIDED_BEFORE_BUILD, Verdict
 from kernelwright.study import metrics
 from kernelwright.study.metrics import GroupStats, Scored
 from kernelwright.study.records import StudyAttempt
@@ -179,36 +180,43 @@ def table_iv(scored: list[Scored]) -> Table:
 # -- Table V ---------------------------------------------------------------------------------------
 
 
-_DECIDED_BEFORE_BUILD = {Verdict.NO_CODE, Verdict.SYNTAX_ERROR, Verdict.STATIC_VIOLATION, Verdict.NOT_BUILT}
+class Funnel(NamedTuple):
+    """Where one attempt got to, on the way from a sample to a verified kernel."""
+
+    distinct: bool
+    prechecked: bool
+    refuted: bool  # by the pre-check, without a build
+    built: bool
 
 
-def _funnel_step(a: StudyAttempt) -> tuple[bool, bool, bool, bool]:
-    """(distinct, pre-checked, refuted by the pre-check, built) for one attempt. `search` says
-    which samples were duplicates and which it built (notes["search"]); for the other regimes an
-    attempt was built unless it was decided before the sandbox (no code, syntax, a static rule, a
-    pre-check's refutation)."""
+def _funnel(a: StudyAttempt) -> Funnel:
+    """`search` says which samples were duplicates and which it built (notes["search"]); in other
+    regimes an attempt was built unless it was decided before any build (no code, syntax, a
+    static rule) or refuted by a pre-check."""
     note = a.notes.get("search")
-    precheck = any(s.name == "precheck" for s in a.eval.stages)
+    prechecked = any(s.name == "precheck" for s in a.eval.stages)
     refuted = any(s.name == "precheck" and not s.ok for s in a.eval.stages)
     if isinstance(note, dict):
         distinct = note.get("duplicate_of") is None
-        return distinct, precheck and distinct, refuted and distinct, bool(note.get("built"))
-    return True, precheck, refuted, not refuted and a.eval.verdict not in _DECIDED_BEFORE_BUILD
+        return Funnel(distinct, prechecked and distinct, refuted and distinct, bool(note.get("built")))
+    return Funnel(True, prechecked, refuted, not refuted and a.eval.verdict not in DECIDED_BEFORE_BUILD)
+
+
+def _per(total: float, n: int, unit: str = "") -> str:
+    return f"{total / n:.0f}{unit}" if n else "-"
 
 
 def table_v(scored: list[Scored]) -> Table:
     rows = []
     for g, items in metrics.groups(scored).items():
         attempts = [a for s in items for a in s.attempts]
-        steps = [_funnel_step(a) for a in attempts]
-        verified = [a for a, step in zip(attempts, steps)
-                    if step[3] and a.eval.verdict == Verdict.CORRECT and a.eval.custom_kernel]
-        tokens = sum(a.usage.completion_tokens for a in attempts)
-        wall = sum(a.wall_s for a in attempts)
-        per = (lambda total, unit: f"{total / len(verified):.0f}{unit}") if verified else (lambda total, unit: "-")
-        rows.append([g, str(len(attempts)), str(sum(st[0] for st in steps)), str(sum(st[1] for st in steps)),
-                     str(sum(st[2] for st in steps)), str(sum(st[3] for st in steps)), str(len(verified)),
-                     per(tokens, ""), per(wall, " s")])
+        steps = [_funnel(a) for a in attempts]
+        verified = sum(1 for a, st in zip(attempts, steps)
+                       if st.built and a.eval.verdict == Verdict.CORRECT and a.eval.custom_kernel)
+        counts = [sum(getattr(st, f) for st in steps) for f in Funnel._fields]
+        rows.append([g, str(len(attempts)), *map(str, counts), str(verified),
+                     _per(sum(a.usage.completion_tokens for a in attempts), verified),
+                     _per(sum(a.wall_s for a in attempts), verified, " s")])
     return Table("table5", "Table V: from samples to verified kernels, per regime",
                  ["regime", "samples", "distinct", "pre-checked", "refuted by pre-check", "built",
                   "verified kernels", "completion tokens / verified", "wall time / verified"], rows,

@@ -43,3 +43,9 @@ def test_a_candidates_600_character_error_reaches_the_record(fast_cfg):
     r = evaluate(load_task(str(TASKS / "bias_relu.py")), CANDIDATE, fast_cfg(time=False))
     assert r.verdict == Verdict.RUNTIME_ERROR
     assert r.error and r.error.startswith("RuntimeError: CUDA out of memory. Tried to allocate"), r.error
+
+
+def test_a_message_that_looks_like_a_command_line_is_still_said():
+    """Only noise around a message is dropped: a lone line is the message, shortened."""
+    text = first_relevant_lines("RuntimeError: bad flags -I/x " + "-Dy " * 200)
+    assert text.startswith("RuntimeError: bad flags") and len(text) <= 400

@@ -119,21 +119,6 @@ def test_study_spec_rejects_bad_evaluator_options(tmp_path):
         load_spec(None, {"out": str(tmp_path), "eval.iters": 0})
 
 
-@pytest.fixture
-def tiny_disk(tmp_path):
-    """A 1 MB tmpfs: a build cache that fills up (needs root; skipped where mount is refused)."""
-    import subprocess
-
-    mount = tmp_path / "full"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
-
-
 @pytest.mark.build
 def test_a_full_disk_is_an_infrastructure_error_never_the_candidates(bias_relu, fast_cfg, tiny_disk, monkeypatch,
                                                                      caplog):

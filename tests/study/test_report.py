@@ -71,20 +71,16 @@ def test_a_file_given_as_a_folder_is_bad_input_and_left_alone(tmp_path):
     assert f.read_text() == "mine"
 
 
-def test_a_full_disk_is_one_line_and_leaves_no_half_report(tmp_path):
-    """A 1 MB tmpfs as the report's folder: the figures and pages do not fit (needs root)."""
-    mount = tmp_path / "full"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        r = CliRunner().invoke(app, ["study", "report", *map(str, FOLDERS), "--out", str(mount)])
-        assert r.exit_code == 2, r.output
-        assert "cannot write the report" in r.output and "No space left on device" in r.output
-        assert not (mount / "REPORT.md").exists() and not (mount / "report.html").exists()
-        assert not list(mount.glob(".*.tmp"))
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+def test_a_full_disk_is_one_line_and_leaves_no_half_report(tiny_disk):
+    """A 1 MB tmpfs as the report's folder, filled up to its last 64 kB: the figures and pages do
+    not all fit."""
+    with open(tiny_disk / "filler", "wb") as f:
+        f.write(b"\0" * ((1 << 20) - (64 << 10)))
+    r = CliRunner().invoke(app, ["study", "report", *map(str, FOLDERS), "--out", str(tiny_disk)])
+    assert r.exit_code == 2, r.output
+    assert "cannot write the report" in r.output and "No space left on device" in r.output
+    assert not (tiny_disk / "REPORT.md").exists() and not (tiny_disk / "report.html").exists()
+    assert not list(tiny_disk.glob(".*.tmp"))
 
 
 @pytest.mark.slow
