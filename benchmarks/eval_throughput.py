@@ -264,8 +264,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the markdown table here")
     ap.add_argument("--compile-workers", type=int, default=0, help="pool compile slots (0: the pool's default)")
     ap.add_argument("--timeout", type=float, default=240.0)
-    ap.add_argument("--gpu-split", action="store_true",
-                    help="GPU evaluations through the split judge (EvalConfig.gpu_split), not the in-process worker")
     ap.add_argument("--limit", type=int, default=0, help="only the first N candidates (a quick look)")
     ap.add_argument("--pass", dest="which", choices=["both", "simple", "pool"], default="both",
                     help="run one pass only (with --save), e.g. when both do not fit one sitting")
@@ -290,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         return report(args, cands, merged.simple, merged.pool, merged.stats, command, merged.notes, merged.host)
 
     args.device = args.device or "cpu"
-    cfg = EvalConfig(device=args.device, timeout=args.timeout, gpu_split=args.gpu_split)
+    cfg = EvalConfig(device=args.device, timeout=args.timeout)
     pool_cfg = PoolConfig(devices=[cfg.device if ":" in cfg.device or cfg.device == "cpu" else "cuda:0"],
                           compile_workers=args.compile_workers)
     if cfg.device == "cuda":

@@ -215,8 +215,9 @@ class EvalResult(BaseModel):
     versions: dict[str, str] = Field(default_factory=dict)
     # None: no candidate code ran (decided before the sandbox)
     confinement: Optional[Confinement] = None
-    # who wrote the verdict: "split" (a judge that never imported the candidate, evaluate/judge.py) or
-    # "in-process" (the GPU worker, which shares the candidate's process: a forged verdict is possible)
+    # who wrote the verdict: "split" (a judge that never imported the candidate, evaluate/judge.py);
+    # older GPU records say "in-process" (a worker that shared the candidate's process, removed since:
+    # a forged verdict was possible there)
     judge: Optional[str] = None
 
     def to_json(self, **kw: Any) -> str:

@@ -1,7 +1,7 @@
 """The evaluator: compile, check, prove and time a candidate in a sandboxed child process.
 
-Names are imported lazily: the sandbox's child runs `python -m kernelwright.evaluate.judge` (CPU)
-or `.worker` (GPU), which imports this package first, and should load nothing of the parent side.
+Names are imported lazily: the sandbox's child runs `python -m kernelwright.evaluate.judge`, which
+imports this package first, and should load nothing of the parent side.
 """
 
 from __future__ import annotations

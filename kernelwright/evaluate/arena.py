@@ -7,7 +7,7 @@ Each runner gets an arena of its own, so the candidate cannot touch what the ref
 
 Placement is a bump allocator that wraps around: consecutive calls sit at different offsets, and
 every call gets freshly drawn values (the judge draws them), so a memo keyed by address never
-serves a call. Only the CPU is served here; the GPU path is still the in-process worker (worker.py).
+serves a call. On a GPU the same placement runs over a CUDA IPC allocation (cuda_arena.py).
 """
 
 from __future__ import annotations
@@ -79,9 +79,11 @@ class Placement:
         return ref
 
     def fits(self, nbytes: int) -> bool:
-        """Whether a call needing `nbytes` leaves room for other calls: a quarter of the arena at
-        most, so the next calls land elsewhere."""
-        return 4 * nbytes <= self.nbytes
+        """Whether a call needing `nbytes` leaves room for the next one: half of the arena at most,
+        so consecutive calls never share an address (an address comes back every other call, with
+        new values: a memo keyed by it serves a wrong output, which the check of every timed call
+        catches). Not more: on a GPU two runners' arenas of a full-size task are gigabytes each."""
+        return 2 * nbytes <= self.nbytes
 
 
 class Arena(Placement):

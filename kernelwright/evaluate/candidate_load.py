@@ -1,5 +1,4 @@
-"""Importing a candidate and naming what went wrong: shared by the runner (the candidate's process on
-the CPU) and the in-process worker (the GPU path).
+"""Importing a candidate and naming what went wrong: used by the runner (the candidate's process).
 
 Everything here runs in the process that will run candidate code, after the extension entry points
 are wrapped (instrument.py) and before any of the candidate's code has run.

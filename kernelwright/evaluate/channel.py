@@ -1,8 +1,7 @@
 """The result pipe from the evaluating process to its parent (sandbox.py reads it).
 
 One JSON message per line, each carrying the nonce handed over on stdin: `stage_start`, `stage`
-(name, seconds, ok, detail) and one final `result`. Written by the judge on the CPU, which alone
-holds the pipe, and by the in-process worker on a GPU.
+(name, seconds, ok, detail) and one final `result`. Written by the judge, which alone holds the pipe.
 """
 
 from __future__ import annotations

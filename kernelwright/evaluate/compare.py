@@ -1,6 +1,6 @@
 """Output comparison: structure, shape, dtype, tolerance, non-finite values, mismatch statistics.
 
-Functions from torch are captured at import (in the worker, before candidate code runs), so a
+Functions from torch are captured at import (in the judge and the runner, before candidate code runs), so a
 candidate that rebinds `torch.allclose` cannot change the verdict.
 """
 

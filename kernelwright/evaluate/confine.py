@@ -1,7 +1,7 @@
-"""OS-level containment of the evaluation worker and everything it starts, its builds included.
+"""OS-level containment of the evaluation (the judge, its runners) and everything it starts, builds included.
 
-The worker runs candidate code in-process, so Python-level guards cannot hold a hostile candidate;
-what holds it is the operating system:
+The runners run candidate code, so Python-level guards cannot hold a hostile candidate; what holds
+it is the operating system:
 - `bwrap` (bubblewrap, from the distribution) where it works, else util-linux's `unshare` plus
   confine_mounts.py (run before any candidate code) for the same layout:
   an empty network namespace, a PID namespace (killing its init ends the whole tree: compilers

@@ -81,9 +81,6 @@ class EvalConfig:
     # Run even where a required OS protection is missing (evaluate/confine.py); such results say
     # `confinement.trusted = false`. Never for results anyone relies on.
     unconfined: bool = False
-    # GPU evaluations through the split judge (judge.py + CUDA IPC, cuda_arena.py) instead of the
-    # in-process worker. Off by default until the split has passed the GPU suite on the H200.
-    gpu_split: bool = False
 
     def __post_init__(self) -> None:
         # The one check of the evaluator's own options: the CLI, studies and optimize all build an
@@ -325,16 +322,13 @@ def sandbox_hold(cfg: EvalConfig, prebuild: bool = False) -> sandbox.Confine:
     locks = device_lock.prepare(cfg.device)
     visible = {str(root.resolve()), str(locks), _PKG_ROOT, sys.prefix, sys.base_prefix,
                *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)}
-    # split: the judge (judge.py) never imports the candidate, which runs in a runner process
-    # (runner.py); on a GPU their shared memory is a CUDA IPC allocation (cuda_arena.py). GPU
-    # evaluations still use the in-process worker (worker.py) unless cfg.gpu_split
-    split = cfg.device == "cpu" or cfg.gpu_split
-    entry = "kernelwright.evaluate.judge" if split else "kernelwright.evaluate.worker"
+    # the judge (judge.py) never imports the candidate, which runs in a runner process (runner.py);
+    # their shared memory is a memfd on the CPU and a CUDA IPC allocation on a GPU (cuda_arena.py)
     return sandbox.Confine(limits=confine.Limits.for_run(cfg.timeout),
                            visible=tuple(sorted(os.path.realpath(p) for p in visible)),
-                           env_scrubbed=True, required=not cfg.unconfined, entry=entry,
+                           env_scrubbed=True, required=not cfg.unconfined,
                            timed=cfg.time and not cfg.compile_only and not prebuild,
-                           spawn_runners=split and cfg.device != "cpu")
+                           spawn_runners=cfg.device != "cpu")
 
 
 def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig, run: SandboxRun,

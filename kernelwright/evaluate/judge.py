@@ -1,13 +1,13 @@
-"""The judge: the trusted process of a CPU evaluation. It never imports the candidate.
+"""The judge: the trusted process of an evaluation, CPU or GPU. It never imports the candidate.
 
-Protocol with the parent (sandbox.py), unchanged from the in-process worker: argv[1] is the result
+Protocol with the parent (sandbox.py): argv[1] is the result
 pipe's fd; the job arrives as JSON on stdin with a nonce every message back carries; messages are
 `stage_start`, `stage` and one final `result`.
 
 The candidate runs in a runner process (runner.py) that the judge forks as soon as torch is
-imported, before it reads its job (a pool keeps judges waiting for a job, runners included). The judge loads the reference itself, draws
+imported (on a GPU: starts as a fresh interpreter), before it reads its job (a pool keeps judges waiting for a job, runners included). The judge loads the reference itself, draws
 every input, computes the reference's outputs on its own copies, compares, times and writes the
-verdict; the runner only receives tensors in shared memory (arena.py), calls forward and copies
+verdict; the runner only receives tensors in shared memory (arena.py; cuda_arena.py on a GPU), calls forward and copies
 its outputs back. Nothing the candidate rebinds (json, os.write, torch.allclose, the clocks, a
 frame's locals) is in this process, and the runner holds neither the result pipe nor a way into
 this process's memory: the judge makes itself non-dumpable, so a runner without capabilities can

@@ -188,7 +188,7 @@ class RemoteRunner:
     def _room(self, nbytes: int) -> None:
         if self.arena is not None and self.arena.fits(nbytes):
             return
-        size = max(MIN_ARENA_BYTES, 4 * nbytes)
+        size = max(MIN_ARENA_BYTES, 2 * nbytes)
         if self.device.type == "cuda":
             from kernelwright.evaluate.cuda_arena import CudaArena
 

@@ -1,9 +1,8 @@
 """Run one evaluation job in a child process that cannot harm the caller.
 
 Isolation contract (what the evaluator relies on):
-- the child is a fresh interpreter (`python -m kernelwright.evaluate.judge` on the CPU, which starts
-  the candidate's process itself; `kernelwright.evaluate.worker` on a GPU) held by the
-  operating system (confine.py): no network, a read-only filesystem except its private scratch
+- the child is a fresh interpreter (`python -m kernelwright.evaluate.judge`, which starts the
+  candidate's process itself and never imports the candidate) held by the operating system (confine.py): no network, a read-only filesystem except its private scratch
   folder (made here, one per process), its own PID namespace, cgroup and limits, death with its
   parent; each SandboxOutcome carries the record of what held it;
 - a hard wall-clock limit: on expiry the whole tree gets SIGKILL (an infinite loop in Python,
@@ -16,10 +15,9 @@ Isolation contract (what the evaluator relies on):
   parent handed over on stdin before any candidate code ran. Lines without it are ignored and
   counted, so a candidate writing to the result pipe cannot forge a verdict by accident.
 
-What it does not defend against: on a GPU, a candidate that reads the nonce out of the worker's
-memory can forge its own verdict (the checks run in its process; on the CPU the judge holds the
-pipe and the candidate runs elsewhere, docs/evaluator.md); one that attacks the kernel or the GPU
-driver. The confinement keeps such a candidate from harming anything outside its scratch.
+What it does not defend against: a candidate that attacks the kernel or the GPU driver (the judge
+holds the pipe and the candidate runs in another process, so reading the nonce is not enough to
+forge a verdict; docs/evaluator.md). The confinement keeps such a candidate from harming anything outside its scratch.
 """
 
 from __future__ import annotations
@@ -166,9 +164,6 @@ class Confine:
     visible: tuple[str, ...]  # read-only paths the worker needs (package, build cache, Python)
     env_scrubbed: bool
     required: bool  # refuse to start when a required protection is missing
-    # what the box runs: the judge (which starts the candidate's runner); the in-process worker on
-    # a GPU without EvalConfig.gpu_split
-    entry: str = "kernelwright.evaluate.judge"
     # the jobs it will get are timed: the judge starts the reference's runner ahead too
     timed: bool = False
     # the judge starts its runners as fresh interpreters instead of forking them (GPU jobs: a child
@@ -194,10 +189,10 @@ def spawn(env: dict[str, str], held: Confine) -> Spawned:
     folder that is the only place it may write. Raises confine.ConfinementUnavailable."""
     scratch = tempfile.mkdtemp(prefix="kw-eval-")
     read_fd, write_fd = os.pipe()
-    cmd = [sys.executable, "-m", held.entry, str(write_fd)]
-    if held.timed and held.entry.endswith(".judge"):
+    cmd = [sys.executable, "-m", "kernelwright.evaluate.judge", str(write_fd)]
+    if held.timed:
         cmd.append("--timed")
-    if held.spawn_runners and held.entry.endswith(".judge"):
+    if held.spawn_runners:
         cmd.append("--spawn-runners")
     try:
         box = confine.box(cmd, scratch, list(held.visible), held.limits, held.env_scrubbed, held.required)

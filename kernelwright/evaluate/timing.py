@@ -1,23 +1,21 @@
-"""The timing protocol, the same for the reference and the candidate, in the same process.
+"""The timing protocol, the same for the reference and the candidate.
 
-Per call, GPU: one CUDA event pair, with a *device-wide* synchronize before the end event, so
-work a candidate pushed onto another stream is inside the measured interval; the L2 cache is
-flushed before every call (a write over a buffer larger than L2) so a candidate cannot win by
-re-reading cached inputs. CPU: a monotonic wall clock and a last-level-cache flush.
+`time_served_pair` times a candidate against the reference, each served by its own runner process
+(remote.Served), with the judge's clock: the candidate cannot reach the clock, the draws or the
+checks. Every call gets freshly drawn values at a fresh place of the arena (drawn outside the timed
+interval, copied in inside it); the candidate and the reference alternate call by call, so load
+that drifts hits both; the reference runs on its own copy; after each pair of calls, outside the
+interval, the candidate's inputs must equal the reference's (nothing rewritten in place) and its
+output must match the reference's. The L2 (GPU) or last-level (CPU) cache is flushed before every
+call. On the CPU both run with the same thread count, chosen from the cores that are free, and the
+machine's load is recorded. On a GPU the interval ends with a device-wide synchronize in the judge,
+after the runner synchronized its own device, so side-stream work is inside it.
 
-`time_pair` times a candidate against the reference so that the candidate cannot game it:
-every call gets freshly drawn values in freshly allocated tensors (prepared outside the timed
-interval, the previous call's still alive so the address differs); the candidate and the
-reference alternate call by call, so load that drifts hits both; the reference runs on its own
-copy; after each pair of calls, outside the interval, the candidate's inputs must equal the
-reference's (nothing resized or rewritten in place) and its output must match the reference's.
-On the CPU both run with the same thread count, chosen from the cores that are free, and the
-machine's load is recorded. `time_calls` is the plain loop over fixed inputs, for trusted
-modules (profiles, torch.compile baselines).
+`time_calls` is the plain in-process loop over fixed inputs (CUDA events on a GPU), for trusted
+modules only: profiles and the optimizer's probe.
 
-The clock functions are captured when this module is imported — in the worker, before any
-candidate code runs — so a candidate that rebinds `torch.cuda.Event` or `time.perf_counter`
-does not change what we measure (and the tamper check reports it as a cheat).
+The clock functions are captured when this module is imported, before anything else runs in the
+process that imports it.
 """
 
 from __future__ import annotations
@@ -194,51 +192,6 @@ def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
     import copy
 
     return [x.clone() if isinstance(x, torch.Tensor) else copy.deepcopy(x) for x in inputs]
-
-
-def time_pair(candidate: Callable[..., Any], reference: Callable[..., Any], draw: Callable[[], list[Any]],
-              check: Callable[[Any, Any], Optional[str]], device: torch.device, cfg: TimingConfig,
-              bandwidth: Optional[float] = None, threads: Optional[int] = None) -> PairTiming:
-    """Median and IQR of the candidate and of the reference, timed call by call in alternation.
-
-    `draw()` returns a fresh set of inputs (fresh values; the caller draws them from a seed the
-    candidate cannot predict). `check(ref_out, cand_out)` returns a mismatch message or None.
-    Raises TimedCallRejected when the candidate changed its inputs or returned a wrong output
-    in any call of the loop. `bandwidth` (bytes/s) gives the records their floor. `threads`: the CPU
-    thread count to use (default: torch's, capped at the cores free now); a second timing that must
-    match an earlier one passes the earlier one's.
-    """
-    from kernelwright.evaluate.compare import identical
-
-    clock = _Clock(device, cfg.flush_cache)
-    before = machine_load()
-    threads = (threads or free_cpu_threads(before)) if not clock.cuda else None
-    saved_threads = torch.get_num_threads()
-    samples_c: list[float] = []
-    samples_r: list[float] = []
-    floor_bytes = 0
-    held: list[Any] = []  # the previous call's inputs: alive, so the new ones get another address
-    with DeviceLock(str(device)), torch.no_grad():
-        if threads is not None:
-            torch.set_num_threads(threads)
-        try:
-            for i in range(cfg.warmup + cfg.iters):
-                ref_in = draw()
-                cand_in = clone_inputs(ref_in)
-                held = cand_in
-                # The candidate runs first: memory it did not write cannot hold this call's answer.
-                out_c, ms_c = clock(candidate, cand_in)
-                out_r, ms_r = clock(reference, ref_in)
-                if i >= cfg.warmup:
-                    samples_c.append(ms_c)
-                    samples_r.append(ms_r)
-                _check_call(i, cfg, identical(cand_in, ref_in), check(out_r, out_c))
-                floor_bytes = _tensor_bytes(ref_in) + _tensor_bytes(out_r)
-                del out_c, out_r, ref_in
-        finally:
-            torch.set_num_threads(saved_threads)
-    del held
-    return _pair_timing(samples_c, samples_r, clock.name, cfg, threads, before, floor_bytes, bandwidth)
 
 
 def _check_call(i: int, cfg: TimingConfig, inputs_unchanged: bool, problem: Optional[str]) -> None:

@@ -3,7 +3,7 @@ stay away from the reference?
 
 "Custom code ran" (instrument.py counts successful calls) is not "custom code did the work": an
 identity kernel followed by PyTorch math, a kernel whose result is thrown away, or a call on a
-throwaway tensor all run custom code. After correctness, the worker runs the candidate's forward
+throwaway tensor all run custom code. After correctness, the judge has the candidate's runner run its forward
 a few more times on fresh inputs with a *probe* installed around every custom call (extension
 functions, Triton launches, operators the candidate registered with the dispatcher):
 
@@ -17,18 +17,17 @@ functions, Triton launches, operators the candidate registered with the dispatch
   returns, as scrambled clones so an input it merely returned is left alone). If the module's
   output still matches the reference, it does not depend on the custom code.
 
-Reaching the reference. The reference module is loaded from its source under a random name that
-is not left in `sys.modules` and with no file in the candidate's folder (`load_reference`); its
-code objects carry a random file name. `ReferenceWatch` is a profile hook, set while candidate
-code runs outside the timing loop, that records any call into code compiled from that source,
-however the candidate got hold of it (gc, a frame, a closure, an instance's class).
+Reaching the reference. The candidate's runner never holds the reference: the judge computes it
+in its own process and times it in a runner of its own, so nothing of it is in the candidate's
+memory to find (by gc, a frame, a closure). Where a runner does load it (`load_reference`), it is
+loaded from its source under a random name that is not left in `sys.modules`, with no file in the
+candidate's folder.
 """
 
 from __future__ import annotations
 
 import secrets
 import sys
-import threading
 import time
 import types
 from contextlib import contextmanager
@@ -74,44 +73,6 @@ def build_reference(source: str, seed: int, device: Any) -> tuple[types.ModuleTy
     with torch.no_grad():
         model = module.Model(*copy.deepcopy(init_inputs)).to(device)
     return module, filename, init_inputs, model
-
-
-class ReferenceWatch:
-    """While armed, records every Python call into code compiled from the reference's source."""
-
-    def __init__(self, filename: str):
-        self.filename = filename
-        self.hits: list[str] = []
-        self.removed = False  # the candidate replaced or removed the hook while it was armed
-
-        def profile(frame: Any, event: str, arg: Any) -> None:
-            if event == "call" and frame.f_code.co_filename == filename:
-                self.hits.append(frame.f_code.co_qualname if hasattr(frame.f_code, "co_qualname")
-                                 else frame.f_code.co_name)
-
-        self._hook = profile
-
-    @contextmanager
-    def armed(self) -> Iterator[None]:
-        previous, previous_threads = sys.getprofile(), threading.getprofile()
-        sys.setprofile(self._hook)
-        threading.setprofile(self._hook)
-        try:
-            yield
-        finally:
-            if sys.getprofile() is not self._hook:
-                self.removed = True
-            sys.setprofile(previous)
-            threading.setprofile(previous_threads)  # type: ignore[arg-type]
-
-    def reasons(self) -> list[str]:
-        out = []
-        if self.hits:
-            names = sorted(set(self.hits))
-            out.append(f"the candidate ran the reference ({', '.join(names[:5])})")
-        if self.removed:
-            out.append("the reference-call watch was removed while candidate code ran")
-        return out
 
 
 # --- probes around custom calls -------------------------------------------------------------

@@ -32,8 +32,7 @@ def run(task, name, cfg):
 @pytest.fixture
 def gpu_cfg(fast_cfg):
     def make(**kw):
-        # the split judge (judge.py + CUDA IPC): what these tests prove before it becomes the default
-        return fast_cfg(device="cuda", iters=100, warmup=10, gpu_split=True, **kw)
+        return fast_cfg(device="cuda", iters=100, warmup=10, **kw)
 
     return make
 

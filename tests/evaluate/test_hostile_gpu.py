@@ -29,7 +29,9 @@ CASES = [
     (CANDIDATES / "cpu" / "hostile" / "work_triton_discarded.py", {Verdict.NO_CUSTOM_KERNEL},
      "does not depend on the custom code"),
     (HOSTILE / "stale_timed_cuda.py", {Verdict.CHEAT}, "wrong output on timed calls"),
-    (HOSTILE / "resize_input_cuda.py", {Verdict.CHEAT}, "modified its inputs"),
+    # the inputs are the judge's CUDA IPC arena (evaluate/cuda_arena.py), as on the CPU its shared
+    # memory: a resize raises in the candidate's own call, and the reference has its own copy anyway
+    (HOSTILE / "resize_input_cuda.py", {Verdict.RUNTIME_ERROR}, "not resizable"),
     # a memo that ever hits serves another call's output (caught); one that never hits is honest
     (HOSTILE / "memo_ptr_cuda.py", {Verdict.CHEAT, Verdict.CORRECT}, ""),
     # forged verdicts: the judge, which writes the verdict, never imports the candidate
@@ -46,8 +48,7 @@ def task():
 
 @pytest.mark.parametrize("path,allowed,words", CASES, ids=[c[0].name for c in CASES])
 def test_gpu_hostile(task, fast_cfg, path, allowed, words):
-    r = evaluate(task, path.read_text(), fast_cfg(device="cuda", iters=100, warmup=10, static_checks=False,
-                                                  gpu_split=True))
+    r = evaluate(task, path.read_text(), fast_cfg(device="cuda", iters=100, warmup=10, static_checks=False))
     assert r.verdict in allowed, (r.verdict, r.error, r.output_tail)
     assert r.judge == "split"
     if r.verdict == Verdict.CORRECT:

@@ -8,7 +8,6 @@ evaluate/work.py's parts directly on real tensors and real Python code, without 
 
 from __future__ import annotations
 
-import gc
 import importlib.util
 import re
 import sys
@@ -40,8 +39,8 @@ CASES = [
     # reaching the reference: by module name, by file, through gc, through the call stack
     ("work_import_kw_reference.py", Verdict.HALLUCINATED_API, None, "No module named 'kw_reference'"),
     ("work_import_reference_file.py", Verdict.HALLUCINATED_API, None, "No module named 'reference'"),
-    # (on the CPU the reference is in the judge's process: they find nothing and fall back to PyTorch,
-    # discarding their kernel's result; the in-process GPU worker catches the call: cheat)
+    # (the reference is in the judge's process: they find nothing and fall back to PyTorch,
+    # discarding their kernel's result)
     ("work_gc_reference.py", Verdict.STATIC_VIOLATION, Verdict.NO_CUSTOM_KERNEL, "does not depend on the custom code"),
     ("work_frame_reference_class.py", Verdict.STATIC_VIOLATION, Verdict.NO_CUSTOM_KERNEL,
      "does not depend on the custom code"),
@@ -201,30 +200,11 @@ def get_inputs():
 '''
 
 
-def test_reference_is_not_importable_and_its_calls_are_seen():
+def test_reference_is_not_importable():
     before = set(sys.modules)
     mod, filename = work.load_reference(REFERENCE)
     assert set(sys.modules) == before  # no name left to import
     assert not hasattr(mod, "__file__") and filename.startswith("<reference-")
-    model = mod.Model()
-    watch = work.ReferenceWatch(filename)
-    with watch.armed():
-        torch.relu(torch.randn(2))  # the candidate's own PyTorch: not the reference
-    assert watch.reasons() == []
-    with watch.armed():
-        # how a candidate could reach it without a name: the garbage collector
-        found = [o for o in gc.get_objects() if isinstance(o, torch.nn.Module) and type(o).__name__ == "Model"]
-        found[0](torch.randn(2, 3))
-        mod.get_inputs()
-    assert watch.hits == ["Model.forward", "get_inputs"]
-    assert "ran the reference" in watch.reasons()[0]
-    model(torch.randn(2, 3))  # not armed: the evaluator's own calls are not counted
-    assert len(watch.hits) == 2
+    assert mod.Model()(torch.tensor([-1.0, 2.0])).tolist() == [0.0, 2.0]
 
 
-def test_removing_the_watch_is_seen():
-    _, filename = work.load_reference(REFERENCE)
-    watch = work.ReferenceWatch(filename)
-    with watch.armed():
-        sys.setprofile(None)
-    assert watch.removed and "removed" in watch.reasons()[0]
