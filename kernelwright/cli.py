@@ -7,6 +7,7 @@ Exit codes: 0 = the command did its job (an evaluation that completed, whatever 
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 from pathlib import Path
@@ -270,6 +271,15 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # anywhere a command writes (a study's records, a report, optimize's kept kernel): records
+        # already written stay whole (study/log.py takes a partial line back), so say it and stop
+        where = f" writing {e.filename}" if e.filename else ""
+        err.print(f"[bold red]error:[/] the disk is full{where}; what was recorded before is kept: free space and "
+                  "run the same command again", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_BAD_INPUT)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ class Verdict(str, enum.Enum):
     RUNTIME_ERROR = "runtime_error"
     TIMEOUT = "timeout"
     CRASH = "crash"  # the child died: signal, segfault, os._exit, sys.exit
+    # The device or the box ran out of memory. A fact of the machine at that moment, not the
+    # candidate's verdict: the evaluator re-runs it once alone (evaluator.run_prepared) and says so.
+    OUT_OF_MEMORY = "out_of_memory"
     CHEAT = "cheat"  # caught gaming the check or the clock
     STATIC_VIOLATION = "static_violation"  # a strict static rule
     SYNTAX_ERROR = "syntax_error"
@@ -219,6 +222,8 @@ class EvalResult(BaseModel):
     # older GPU records say "in-process" (a worker that shared the candidate's process, removed since:
     # a forged verdict was possible there)
     judge: Optional[str] = None
+    # "kernelbench" when judged under KernelBench's definitions (EvalConfig.compat); None: ours
+    compat: Optional[str] = None
 
     def to_json(self, **kw: Any) -> str:
         return self.model_dump_json(**kw)

@@ -16,8 +16,17 @@ pip install -q "${TORCH_SPEC:-torch==2.13.0}"
 if [ "$what" = "local" ] || [ "$what" = "test" ]; then
   if ! python -c 'import llama_cpp, uvicorn' >/dev/null 2>&1; then
     # Portable build: the native one uses AMX instructions that some virtual CPUs advertise but
-    # fault on (SIGILL); --no-cache-dir so pip never reuses a native build cached earlier.
-    CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install -q --no-cache-dir 'llama-cpp-python[server]>=0.3'
+    # fault on (SIGILL); --no-cache-dir so pip never reuses a native build cached earlier. The build
+    # takes ~7 minutes on 2 cores, so its wheel is kept in the user's cache, one folder per Python,
+    # and a second set-up on this machine (a fresh clone, CI) installs it instead of building again.
+    wheels="${XDG_CACHE_HOME:-$HOME/.cache}/kernelwright/wheels/$(python -c 'import sys; print("cp%d%d" % sys.version_info[:2])')-portable"
+    whl=$(ls -t "$wheels"/llama_cpp_python-*.whl 2>/dev/null | head -n 1 || true)
+    if [ -z "$whl" ] || ! pip install -q "${whl}[server]"; then
+      mkdir -p "$wheels"
+      CMAKE_ARGS="-DGGML_NATIVE=OFF" pip wheel -q --no-cache-dir --no-deps -w "$wheels" 'llama-cpp-python>=0.3'
+      whl=$(ls -t "$wheels"/llama_cpp_python-*.whl | head -n 1)
+      pip install -q "${whl}[server]"
+    fi
   fi
 fi
 if [ "$what" = "test" ] && ! command -v chromium >/dev/null 2>&1; then

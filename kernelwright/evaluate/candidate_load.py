@@ -10,6 +10,7 @@ import ctypes
 import importlib.util
 import inspect
 import os
+import re
 import signal
 import sys
 import traceback
@@ -37,9 +38,23 @@ def error_text(exc: BaseException, log: str = "") -> str:
     return "\n".join([text, *where]) if where else text
 
 
+# How an allocation failure reads when it does not arrive as torch.OutOfMemoryError or MemoryError:
+# a CUDA error raised by an extension's own check, or the caching allocator's message re-raised.
+_OOM_TEXT = re.compile(r"CUDA out of memory|CUDA error: out of memory|cudaErrorMemoryAllocation|"
+                       r"CUBLAS_STATUS_ALLOC_FAILED|std::bad_alloc|can.t allocate memory")
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        return True
+    return isinstance(e, RuntimeError) and bool(_OOM_TEXT.search(str(e)[:2000]))
+
+
 def classify_runtime(e: BaseException) -> tuple[str, str]:
     if isinstance(e, AttributeError) and str(e).startswith("extension module"):
         return "hallucinated_api", error_text(e)
+    if is_out_of_memory(e):
+        return "out_of_memory", error_text(e)
     return "runtime_error", error_text(e)
 
 
@@ -80,7 +95,10 @@ def build_fn(compile_only: bool, prebuild: bool) -> Optional[Callable[..., Any]]
     return build
 
 
-def import_source(source: str, modname: str, filename: str, workdir: str) -> types.ModuleType:
+def import_source(source: str, modname: str, filename: str, workdir: str,
+                  preamble: Optional[str] = None) -> types.ModuleType:
+    """Import `source` from `workdir/filename` as `modname`; `preamble` (the task's source, in
+    KernelBench-compatible mode) runs first in the same namespace, under a name of its own."""
     path = os.path.join(workdir, filename)
     with open(path, "w") as f:
         f.write(source)
@@ -88,18 +106,20 @@ def import_source(source: str, modname: str, filename: str, workdir: str) -> typ
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[modname] = module
+    if preamble is not None:
+        exec(compile(preamble, "<task module>", "exec"), module.__dict__)  # noqa: S102 - the task's own source
     spec.loader.exec_module(module)
     return module
 
 
 def import_candidate(source: str, workdir: str, counter: Any, compile_only: bool,
-                     fields: dict[str, Any]) -> types.ModuleType:
+                     fields: dict[str, Any], preamble: Optional[str] = None) -> types.ModuleType:
     """Import the candidate as `kw_candidate` (its builds run here); raises Finish with the verdict
     a failed import earns."""
     from kernelwright.evaluate import taxonomy
 
     try:
-        return import_source(source, "kw_candidate", "candidate.py", workdir)
+        return import_source(source, "kw_candidate", "candidate.py", workdir, preamble)
     except SyntaxError as e:
         raise Finish("syntax_error", f"SyntaxError: {e.msg} (line {e.lineno})") from e
     except Exception as e:

@@ -16,6 +16,11 @@ re-check and work stages (work on the device, but no clock) hold it shared (`sha
 they run side by side with each other but never during another process's timing, and a timing
 waits until they are done. Builds and scaffold planning take nothing (a study plans before it
 evaluates anything). `waited` says how long the last acquisition waited (recorded with timings).
+
+A second lock per device, `kind="admission"`, is about memory, not time: every evaluation holds it
+shared from start to end (in the evaluating process, outside the sandbox), and a candidate that ran
+out of memory beside others is re-run holding it exclusively, so with nothing else of ours on the
+device (evaluator.run_prepared).
 """
 
 from __future__ import annotations
@@ -40,8 +45,8 @@ def lock_dir() -> Path:
     return Path(os.environ.get("KERNELWRIGHT_LOCK_DIR") or "/tmp/kernelwright-device-locks")
 
 
-def lock_path(device: str) -> Path:
-    return lock_dir() / f"{device_key(device)}.lock"
+def lock_path(device: str, kind: str = "") -> Path:
+    return lock_dir() / f"{device_key(device)}{'.' + kind if kind else ''}.lock"
 
 
 def _open(path: Path) -> IO[str]:
@@ -76,8 +81,8 @@ def prepare(device: str) -> Path:
 class DeviceLock:
     """A reusable context manager holding `device`, exclusively or `shared` (module docstring)."""
 
-    def __init__(self, device: str, shared: bool = False) -> None:
-        self.path = lock_path(device)
+    def __init__(self, device: str, shared: bool = False, kind: str = "") -> None:
+        self.path = lock_path(device, kind)
         self.exclusive = not shared
         self.waited = 0.0
 

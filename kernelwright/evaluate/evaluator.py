@@ -9,6 +9,7 @@ returns, and the next evaluation on that GPU checks again before it starts.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -55,6 +56,9 @@ class GPUUnavailableError(EvaluatorError):
         self.device, self.result = device, result
 
 
+COMPAT_MODES = ("kernelwright", "kernelbench")
+
+
 @dataclass
 class EvalConfig:
     device: str = "cpu"
@@ -81,6 +85,11 @@ class EvalConfig:
     # Run even where a required OS protection is missing (evaluate/confine.py); such results say
     # `confinement.trusted = false`. Never for results anyone relies on.
     unconfined: bool = False
+    # "kernelbench": KernelBench's own definitions, to compare a re-score line by line: the candidate
+    # is executed with the task module's names already in its namespace, a ModelNew.__init__ that
+    # raises counts as not compiled, and the task runs at its own (full) size. Weaker on purpose
+    # (the candidate can reach the reference's Model); the study report says which mode it used.
+    compat: str = "kernelwright"
 
     def __post_init__(self) -> None:
         # The one check of the evaluator's own options: the CLI, studies and optimize all build an
@@ -93,6 +102,7 @@ class EvalConfig:
             ("timeout", self.timeout, _is_number(self.timeout) and self.timeout > 0, "a number of seconds > 0"),
             ("atol", self.atol, self.atol is None or (_is_number(self.atol) and self.atol >= 0), "a number >= 0"),
             ("rtol", self.rtol, self.rtol is None or (_is_number(self.rtol) and self.rtol >= 0), "a number >= 0"),
+            ("compat", self.compat, self.compat in COMPAT_MODES, " or ".join(COMPAT_MODES)),
         ) if not ok]
         if problems:
             raise EvaluatorError("bad evaluator option: " + "; ".join(problems))
@@ -215,10 +225,30 @@ def evaluate_direct(task: Task, candidate_text: str, cfg: Optional[EvalConfig] =
 
 def run_prepared(task: Task, pre: Prepared, cfg: EvalConfig, run: Optional[SandboxRun] = None,
                  prebuild: bool = False) -> EvalResult:
-    """The sandbox part of an evaluation, for a candidate that passed `precheck`."""
-    result = _run_in_sandbox(task, pre.code, pre.code_hash, cfg, run or sandbox.run_job, prebuild)
+    """The sandbox part of an evaluation, for a candidate that passed `precheck`.
+
+    Out of memory is the machine's state, not the candidate's verdict: the candidate is re-run once
+    alone (the device's admission lock held exclusively: evaluations of ours already running finish
+    first and new ones wait), and the record says so. Out of memory alone too stays `out_of_memory`."""
+    uses_device = not (cfg.compile_only or prebuild)
+    with _admission(cfg, uses_device, alone=False):
+        result = _run_in_sandbox(task, pre.code, pre.code_hash, cfg, run or sandbox.run_job, prebuild)
+    if result.verdict == Verdict.OUT_OF_MEMORY and uses_device:
+        first = result.error
+        log.info("%s: out of memory beside other work (%s); re-running it alone", task.id, (first or "")[:200])
+        with _admission(cfg, uses_device, alone=True) as alone:
+            # a fresh child: a pool's spare (`run`) is for one job only
+            result = _run_in_sandbox(task, pre.code, pre.code_hash, cfg, sandbox.run_job, prebuild)
+        result.flags.append(f"out of memory beside other work; re-run alone (after waiting {alone.waited:.1f} s "
+                            f"for the device's other evaluations): {(first or '')[:300]}")
     result.findings = pre.findings
     return result
+
+
+def _admission(cfg: EvalConfig, uses_device: bool, alone: bool) -> Any:
+    if not uses_device:
+        return contextlib.nullcontext()
+    return device_lock.DeviceLock(cfg.device, shared=not alone, kind="admission")
 
 
 def check_gpu_after(result: EvalResult, cfg: EvalConfig) -> EvalResult:
@@ -259,7 +289,7 @@ def allowed_env(env: dict[str, str]) -> dict[str, str]:
 def _environment(cfg: EvalConfig, device: str) -> dict[str, str]:
     env = allowed_env(dict(os.environ))
     env.update({
-        "KERNELWRIGHT_SIZE": resolve_size(cfg.device, cfg.size),
+        "KERNELWRIGHT_SIZE": resolve_size(cfg.device, "full" if cfg.compat == "kernelbench" else cfg.size),
         "MAX_JOBS": env.get("MAX_JOBS", str(max(1, os.cpu_count() or 1))),
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -301,6 +331,7 @@ def make_job(task: Task, code: str, code_hash: str, cfg: EvalConfig, prebuild: b
         "prebuild": prebuild,
         "builds_root": str(builds_root(cfg)),
         "build_scope": buildcache.scope_of(code_hash),
+        "compat": cfg.compat,
     }
 
 

@@ -166,11 +166,15 @@ class Judge:
                                        device=job["device"], compile_baseline=bool(job.get("compile_baseline"))))
             self._ask(ref.post, init_request(job["seed"], self.init_inputs))
 
+        kernelbench = job.get("compat") == "kernelbench"
+        if kernelbench:
+            self.fields["compat"] = "kernelbench"
         with self.stage("compile"):
             reply = self._ask(self.cand.load, Import(
                 source=job["candidate_source"], workdir=job["workdir"], device=job["device"],
                 compile_only=bool(job.get("compile_only")), prebuild=bool(job.get("prebuild")),
-                builds_root=job.get("builds_root"), build_scope=job.get("build_scope")))
+                builds_root=job.get("builds_root"), build_scope=job.get("build_scope"),
+                preamble=job["task_source"] if kernelbench else None))
             self.fields["builds"] = reply.builds
             claim = None if reply.ok else self._claim(reply, importing=True)
             # a compile-only job ends after its import: the stage itself went well
@@ -182,6 +186,10 @@ class Judge:
 
         with self.stage("init"):
             reply = self._ask(self.cand.init, job["seed"], self.init_inputs)
+            if not reply.ok and kernelbench and reply.kind == "error" and reply.verdict != "out_of_memory":
+                self.fields["compiled"] = False  # KernelBench builds ModelNew as part of its load
+                raise Finish("compile_error", f"ModelNew(*get_init_inputs()) failed, which KernelBench counts as "
+                                              f"not compiled: {reply.error}")
             if not reply.ok:
                 raise self._claim(reply)
 
@@ -418,7 +426,12 @@ def main() -> None:
     except Finish as f:
         ch.send(type="result", verdict=f.verdict, error=f.error, fields={**judge.fields, **f.fields})
     except BaseException as e:  # noqa: BLE001 - no candidate code runs here: a bug of ours, never a verdict
-        ch.send(type="result", verdict="infrastructure_error", error=f"the judge failed: {type(e).__name__}: {e}",
+        from kernelwright.evaluate.candidate_load import is_out_of_memory
+
+        # ... except memory: the judge's own allocations (the reference's inputs and outputs) failing
+        # because the device is full is the machine's state, which a re-run alone may not share
+        verdict = "out_of_memory" if is_out_of_memory(e) else "infrastructure_error"
+        ch.send(type="result", verdict=verdict, error=f"the judge failed: {type(e).__name__}: {str(e)[:1000]}",
                 fields=judge.fields)
     finally:
         for held in (cand, judge.ref_runner):

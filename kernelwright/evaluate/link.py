@@ -25,7 +25,7 @@ _HEADER = struct.Struct("!I")
 # Verdicts a runner may report about its own candidate: all of them lose. `compiled` ends a
 # compile-only job, whose verdict was only ever the build's own word.
 CLAIMABLE = {"syntax_error", "compile_error", "hallucinated_api", "runtime_error", "infrastructure_error",
-             "no_custom_kernel", "compiled", "cheat"}
+             "no_custom_kernel", "compiled", "cheat", "out_of_memory"}
 
 
 class LinkClosed(Exception):
@@ -56,6 +56,9 @@ class Import(BaseModel):
     builds_root: Optional[str] = None
     build_scope: Optional[str] = None
     compile_baseline: bool = False
+    # executed in the candidate's module namespace before the candidate (--compat kernelbench: the
+    # task module's names, as KernelBench's loader leaves them visible)
+    preamble: Optional[str] = None
 
 
 class Init(BaseModel):

@@ -112,7 +112,8 @@ class Runner:
         self.threads_before, self.children_before = instrument.python_threads(), instrument.child_pids()
         fields: dict[str, Any] = {}
         try:
-            self.module = candidate_load.import_candidate(req.source, req.workdir, counter, req.compile_only, fields)
+            self.module = candidate_load.import_candidate(req.source, req.workdir, counter, req.compile_only, fields,
+                                                          preamble=req.preamble)
         except candidate_load.Finish as f:
             return Reply(ok=False, kind="error", verdict=f.verdict, error=f.error, builds=counter.builds)
         except SystemExit as e:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -307,7 +308,9 @@ PROBE = (
 
 
 def probe_gpu(device: str, timeout: float = 90.0) -> bool:
-    """True if a fresh process can still run a kernel on `device` and read the result back."""
+    """True if a fresh process can still run a kernel on `device` and read the result back, or if
+    the driver answers that the device is full: a full GPU (other processes' memory, a context it
+    has no room for) is busy, not gone."""
     try:
         proc = subprocess.run(
             [sys.executable, "-c", PROBE, device],
@@ -315,4 +318,6 @@ def probe_gpu(device: str, timeout: float = 90.0) -> bool:
         )
     except subprocess.TimeoutExpired:
         return False
-    return proc.returncode == 0 and b"ok" in proc.stdout
+    if proc.returncode == 0 and b"ok" in proc.stdout:
+        return True
+    return bool(re.search(rb"out of memory|cudaErrorMemoryAllocation", proc.stderr[-4000:]))

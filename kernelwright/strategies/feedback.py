@@ -16,6 +16,7 @@ MEANINGS = {
     Verdict.RUNTIME_ERROR: "it raised an error while running",
     Verdict.TIMEOUT: "it did not finish in time",
     Verdict.CRASH: "the process died",
+    Verdict.OUT_OF_MEMORY: "it ran out of memory, also when re-run with nothing else on the device",
     Verdict.CHEAT: "it was caught gaming the check or the timer",
     Verdict.STATIC_VIOLATION: "it breaks a rule of the evaluator",
     Verdict.SYNTAX_ERROR: "it is not valid Python",

@@ -109,6 +109,7 @@ def import_cmd(
     timing: Annotated[bool, typer.Option("--timing/--no-timing", help="Time correct candidates.")] = True,
     size: Annotated[str, typer.Option(help="Task size: small, full or auto.")] = "auto",
     compile_baseline: Annotated[bool, typer.Option("--compile-baseline/--no-compile-baseline", help="Also time torch.compile(reference) for Table I's fast_1 vs torch.compile (default off).")] = False,
+    compat: Annotated[str, typer.Option(help="kernelwright (default) or kernelbench: KernelBench's own definitions (the task module's names visible to the candidate, a ModelNew.__init__ failure counts as not compiled, the task's own size), to compare a re-score line by line; weaker, and the report says so.")] = "kernelwright",
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Redo cells recorded as failed.")] = False,
 ) -> None:
     """Re-score other tools' generations with our evaluator, into a study folder."""
@@ -123,9 +124,11 @@ def import_cmd(
 
     try:
         settings = EvalSettings(timeout=timeout, trials=trials, iters=iters, warmup=warmup, time=timing, size=size,
-                                compile_baseline=compile_baseline)
+                                compile_baseline=compile_baseline, compat=compat)
     except ValidationError as e:
-        fail(str(e).splitlines()[0])
+        # the rule that failed, as one line ("bad evaluator option: trials must be ..."), not pydantic's header
+        first = e.errors()[0]
+        fail(str(first.get("msg", e)).removeprefix("Value error, "))
     display = StudyProgress(err)
 
     def planned(s) -> None:

@@ -13,6 +13,7 @@ COLORS = {
     "wrong_output": "#fdae61", "shape_mismatch": "#fee08b", "runtime_error": "#f46d43",
     "compile_error": "#d73027", "hallucinated_api": "#a50026", "syntax_error": "#762a83",
     "no_code": "#bababa", "not_built": "#e0e0e0", "timeout": "#4575b4", "crash": "#313695", "cheat": "#000000",
+    "out_of_memory": "#74add1",
     "static_violation": "#8c510a", "cell_failed": "#ff00ff", "none": "#ffffff",
 }
 

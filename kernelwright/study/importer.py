@@ -181,7 +181,7 @@ def _work(key: str, regime: str, chash: str, task: Task, cands: list[Imported], 
 def plan_import(candidates: list[Imported], tasks: list, label: str, settings: EvalSettings, kind: str,
                 cache_dir: str | None) -> tuple[list[CellJob], str]:
     regime = f"import:{label}"
-    payload = {"import": label, "device": kind, "eval": settings.model_dump(mode="json")}
+    payload = {"import": label, "device": kind, "eval": settings.keyed()}
     chash = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
     by_number: dict[tuple[int, int], Task | TaskFailure] = {}
     for t in tasks:
@@ -249,7 +249,7 @@ def import_study(inputs: Sequence[Path], task_specs: list[str], out: Path, *, la
         if not todo:
             return summary
         spec = {"import": [str(p) for p in inputs], "tasks": task_specs, "label": label, "devices": list(devices),
-                "eval": settings.model_dump(mode="json")}
-        record_invocation(out, spec, {chash: {"import": label, "device": kind, "eval": settings.model_dump(mode="json")}},
+                "eval": settings.keyed()}
+        record_invocation(out, spec, {chash: {"import": label, "device": kind, "eval": settings.keyed()}},
                           list(devices), pending=len(todo), kind="import")
         return run_jobs(todo, out, DeviceSlots(devices), jobs or len(devices), on_event, summary)

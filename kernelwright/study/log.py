@@ -17,6 +17,7 @@ Reading (`read_study`):
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -48,7 +49,8 @@ def _lock_for(path: Path) -> threading.Lock:
 
 
 def append_record(path: Path, record: BaseModel) -> None:
-    """Append one record as one line; durable when this returns."""
+    """Append one record as one line; durable when this returns. A write that fails (a full disk)
+    takes its partial line back: the file holds whole records only, and the error is raised."""
     line = (record.model_dump_json() + "\n").encode("utf-8")
     with _lock_for(path):
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -59,8 +61,19 @@ def append_record(path: Path, record: BaseModel) -> None:
                     f.seek(size - 1)
                     if f.read(1) != b"\n":
                         line = b"\n" + line  # close a torn line left by a killed writer
-            os.write(fd, line)
-            os.fsync(fd)
+            try:
+                written = 0
+                while written < len(line):  # a full disk first writes short, then refuses
+                    n = os.write(fd, line[written:])
+                    if n <= 0:
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+                    written += n
+                os.fsync(fd)
+            except OSError as e:
+                os.ftruncate(fd, size)
+                if e.filename is None:
+                    raise OSError(e.errno, e.strerror, str(path)) from e
+                raise
         finally:
             os.close(fd)
 

@@ -61,6 +61,12 @@ def _sources(data: StudyData) -> list[str]:
         lines.append(f"{folder.name}: started {m.started}, {len(m.runs)} invocation(s){end}; {v}"
                      + (f"; git {commit}" if commit else "") + (f"; GPUs {', '.join(m.machine['gpus'])}"
                                                                  if m.machine.get("gpus") else ""))
+        modes = sorted({(c.get("eval") or {}).get("compat") or "kernelwright" for c in m.configs.values()})
+        if modes != ["kernelwright"]:
+            lines.append(f"{folder.name}: evaluated in {' and '.join(modes)} mode"
+                         + (" (KernelBench's definitions: the task module's names visible to the candidate, an "
+                            "__init__ failure not compiled, the task's own size; the candidate could reach the "
+                            "reference's Model)" if "kernelbench" in modes else ""))
     models = sorted({c.model for c in data.cells if c.model})
     attempts = sum(len(v) for v in data.attempts.values())
     lines.append(f"{len(data.cells)} cell(s), {attempts} candidate(s); model(s): {', '.join(models) or 'n/a'}.")

@@ -322,7 +322,7 @@ def config_records(spec: StudySpec, model: str) -> dict[str, dict[str, Any]]:
             config = spec.regime_config(regime, seed)
             out[spec.config_hash(config, model)] = {
                 "regime": config.model_dump(mode="json"), "spec": config.spec, "model": model,
-                "device": spec.device_kind, "eval": spec.eval.model_dump(mode="json")}
+                "device": spec.device_kind, "eval": spec.eval.keyed()}
     return out
 
 

@@ -65,6 +65,15 @@ class EvalSettings(BaseModel):
     size: str = "auto"
     compile_only: bool = False
     compile_baseline: bool = False  # also time torch.compile(reference): Table I's fast_1 vs torch.compile
+    compat: str = "kernelwright"  # or "kernelbench": KernelBench's definitions (EvalConfig.compat)
+
+    def keyed(self) -> dict:
+        """The settings as cell keys hash them: a setting added later is left out at its default, so
+        folders written before it keep their keys (and their recorded cells)."""
+        out = self.model_dump(mode="json")
+        if out["compat"] == "kernelwright":
+            del out["compat"]
+        return out
 
     def to_config(self, device: str, cache_dir: str | None):
         from kernelwright.evaluate import EvalConfig
@@ -195,7 +204,7 @@ class StudySpec(BaseModel):
     def config_hash(self, config: RegimeConfig, model: str) -> str:
         """Keys a cell: the regime config (seed included), the model, the device kind and the
         evaluation settings. Not the device index, the job count or the cache folder."""
-        return config.config_hash(model, {"device": self.device_kind, "eval": self.eval.model_dump(mode="json")})
+        return config.config_hash(model, {"device": self.device_kind, "eval": self.eval.keyed()})
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:12]

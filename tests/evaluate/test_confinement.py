@@ -214,7 +214,7 @@ def test_without_a_cgroup_the_limits_are_rlimits_and_hold(watched, monkeypatch):
     result = watched("memory_hog.py", MECHANISMS[0])
     held = result.confinement
     assert held.memory_via == "rlimit_data" and held.process_via == "rlimit_nproc" and held.trusted
-    assert result.verdict == Verdict.RUNTIME_ERROR and "MemoryError" in result.error
+    assert result.verdict == Verdict.OUT_OF_MEMORY and "MemoryError" in result.error
 
 
 # -- without containment the same fixtures do harm: the checks above can fail -----------------------
