@@ -28,7 +28,8 @@ from typing import Callable, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-KW = str(ROOT / ".venv" / "bin" / "kernelwright")
+# the README's way to run it; KERNELWRIGHT_BIN names another (a second clone's, an installed one)
+KW = os.environ.get("KERNELWRIGHT_BIN") or str(ROOT / ".venv" / "bin" / "kernelwright")
 
 
 @dataclass
@@ -88,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3, help="runs of each quick claim (times vary with load)")
     ap.add_argument("--with-model", action="store_true", help="also the optimize run (about 5 minutes)")
     args = ap.parse_args(argv)
+    if not Path(KW).exists():
+        print(f"error: {KW} does not exist: run the README's set-up (bash scripts/setup.sh) first", file=sys.stderr)
+        return 2
     text = README.read_text()
     failures = 0
     rows = []
