@@ -16,7 +16,6 @@ importing them here is safe. Run on a GPU machine:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import sys
@@ -28,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kernelwright.evaluate import EvalConfig, evaluate  # noqa: E402
+from kernelwright.evaluate.candidate_load import import_source  # noqa: E402
 from kernelwright.tasks import load_task  # noqa: E402
 
 CASES = [  # (task, candidate, what bounds it)
@@ -41,12 +41,7 @@ CASES = [  # (task, candidate, what bounds it)
 
 
 def _module(source: str, name: str) -> Any:
-    path = Path(tempfile.mkdtemp(prefix="kw-xcheck-")) / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return import_source(source, name, f"{name}.py", tempfile.mkdtemp(prefix="kw-xcheck-"))
 
 
 def _kernel_ms(model: Any, inputs: list[Any], iters: int) -> float:

@@ -24,7 +24,7 @@ HELP = ("A local code model rewrites PyTorch modules into custom kernels (C++ on
         "3 a GPU stopped answering, 4 optimize kept nothing faster. `doctor` says what this machine can do.")
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP)
 # one home for consoles, exit codes and `fail` (kernelwright/console.py); re-exported for callers
-from kernelwright.console import EXIT_BAD_INPUT, EXIT_GPU_GONE, err, fail, out  # noqa: E402,F401
+from kernelwright.console import EXIT_BAD_INPUT, EXIT_GPU_GONE, err, fail, out, say_error  # noqa: E402,F401
 
 
 @app.callback()
@@ -277,8 +277,8 @@ def main() -> None:
         # anywhere a command writes (a study's records, a report, optimize's kept kernel): records
         # already written stay whole (study/log.py takes a partial line back), so say it and stop
         where = f" writing {e.filename}" if e.filename else ""
-        err.print(f"[bold red]error:[/] the disk is full{where}; what was recorded before is kept: free space and "
-                  "run the same command again", highlight=False, soft_wrap=True)
+        say_error(f"the disk is full{where}; what was recorded before is kept: free space and run the same "
+                  "command again")
         sys.exit(EXIT_BAD_INPUT)
 
 

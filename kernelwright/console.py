@@ -23,7 +23,12 @@ EXIT_NOT_FASTER = 4
 EXIT_INTERRUPTED = 130
 
 
+def say_error(message: str) -> None:
+    """The one-line error every command prints (then exits non-zero)."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+
+
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """One clear line on stderr and a non-zero exit: the contract for bad input."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    say_error(message)
     raise typer.Exit(code)

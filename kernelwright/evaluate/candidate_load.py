@@ -44,10 +44,15 @@ _OOM_TEXT = re.compile(r"CUDA out of memory|CUDA error: out of memory|cudaErrorM
                        r"CUBLAS_STATUS_ALLOC_FAILED|std::bad_alloc|can.t allocate memory")
 
 
+def says_out_of_memory(text: str) -> bool:
+    """Does this message (an exception's, a probe's stderr) report an allocation that failed?"""
+    return bool(_OOM_TEXT.search(text))
+
+
 def is_out_of_memory(e: BaseException) -> bool:
     if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
         return True
-    return isinstance(e, RuntimeError) and bool(_OOM_TEXT.search(str(e)[:2000]))
+    return isinstance(e, RuntimeError) and says_out_of_memory(str(e)[:2000])
 
 
 def classify_runtime(e: BaseException) -> tuple[str, str]:

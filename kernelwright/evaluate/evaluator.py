@@ -103,9 +103,13 @@ class EvalConfig:
             ("atol", self.atol, self.atol is None or (_is_number(self.atol) and self.atol >= 0), "a number >= 0"),
             ("rtol", self.rtol, self.rtol is None or (_is_number(self.rtol) and self.rtol >= 0), "a number >= 0"),
             ("compat", self.compat, self.compat in COMPAT_MODES, " or ".join(COMPAT_MODES)),
+            ("size", self.size, self.compat != "kernelbench" or self.size in ("auto", "full"),
+             "auto or full with compat kernelbench (the task's own size)"),
         ) if not ok]
         if problems:
             raise EvaluatorError("bad evaluator option: " + "; ".join(problems))
+        if self.compat == "kernelbench":
+            self.size = "full"  # here, so the evaluator, analysis and planning all run the task's own size
 
 
 def _is_int(v: Any) -> bool:
@@ -231,24 +235,19 @@ def run_prepared(task: Task, pre: Prepared, cfg: EvalConfig, run: Optional[Sandb
     alone (the device's admission lock held exclusively: evaluations of ours already running finish
     first and new ones wait), and the record says so. Out of memory alone too stays `out_of_memory`."""
     uses_device = not (cfg.compile_only or prebuild)
-    with _admission(cfg, uses_device, alone=False):
+    admitted = device_lock.DeviceLock(cfg.device, shared=True, kind="admission") if uses_device else contextlib.nullcontext()
+    with admitted:
         result = _run_in_sandbox(task, pre.code, pre.code_hash, cfg, run or sandbox.run_job, prebuild)
     if result.verdict == Verdict.OUT_OF_MEMORY and uses_device:
         first = result.error
         log.info("%s: out of memory beside other work (%s); re-running it alone", task.id, (first or "")[:200])
-        with _admission(cfg, uses_device, alone=True) as alone:
+        with device_lock.DeviceLock(cfg.device, kind="admission") as alone:
             # a fresh child: a pool's spare (`run`) is for one job only
             result = _run_in_sandbox(task, pre.code, pre.code_hash, cfg, sandbox.run_job, prebuild)
         result.flags.append(f"out of memory beside other work; re-run alone (after waiting {alone.waited:.1f} s "
                             f"for the device's other evaluations): {(first or '')[:300]}")
     result.findings = pre.findings
     return result
-
-
-def _admission(cfg: EvalConfig, uses_device: bool, alone: bool) -> Any:
-    if not uses_device:
-        return contextlib.nullcontext()
-    return device_lock.DeviceLock(cfg.device, shared=not alone, kind="admission")
 
 
 def check_gpu_after(result: EvalResult, cfg: EvalConfig) -> EvalResult:
@@ -289,7 +288,7 @@ def allowed_env(env: dict[str, str]) -> dict[str, str]:
 def _environment(cfg: EvalConfig, device: str) -> dict[str, str]:
     env = allowed_env(dict(os.environ))
     env.update({
-        "KERNELWRIGHT_SIZE": resolve_size(cfg.device, "full" if cfg.compat == "kernelbench" else cfg.size),
+        "KERNELWRIGHT_SIZE": resolve_size(cfg.device, cfg.size),
         "MAX_JOBS": env.get("MAX_JOBS", str(max(1, os.cpu_count() or 1))),
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",

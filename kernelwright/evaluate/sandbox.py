@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -320,4 +319,6 @@ def probe_gpu(device: str, timeout: float = 90.0) -> bool:
         return False
     if proc.returncode == 0 and b"ok" in proc.stdout:
         return True
-    return bool(re.search(rb"out of memory|cudaErrorMemoryAllocation", proc.stderr[-4000:]))
+    from kernelwright.evaluate.candidate_load import says_out_of_memory
+
+    return says_out_of_memory(proc.stderr[-4000:].decode("utf-8", "replace"))

@@ -76,6 +76,9 @@ def test_each_definitional_difference(task, fast_cfg, code, ours, theirs, compil
 def test_an_unknown_mode_is_bad_input(fast_cfg):
     with pytest.raises(EvaluatorError, match="compat must be kernelwright or kernelbench"):
         fast_cfg(compat="kernelbenchh")
+    with pytest.raises(EvaluatorError, match="auto or full with compat kernelbench"):
+        fast_cfg(compat="kernelbench", size="small")
+    assert fast_cfg(compat="kernelbench").size == "full"  # every resolve_size caller sees the task's own
 
 
 def test_study_import_in_kernelbench_mode_says_so(tmp_path, build_cache):
