@@ -20,7 +20,7 @@ from kernelwright import __version__
 HELP = ("A local code model rewrites PyTorch modules into custom kernels (C++ on a CPU, CUDA or Triton on a "
         "GPU), and a sandboxed evaluator proves each one: custom code did the work, outputs match, timed by us. "
         "Start with `optimize FILE`; `eval` checks one candidate; `study` runs controlled comparisons. "
-        "Exit codes: 0 done, 2 bad input (or a missing requirement, or a model that stopped answering), "
+        "Exit codes: 0 done, 2 bad input (or a missing requirement, a model that stopped answering, a full disk), "
         "3 a GPU stopped answering, 4 optimize kept nothing faster. `doctor` says what this machine can do.")
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP)
 # one home for consoles, exit codes and `fail` (kernelwright/console.py); re-exported for callers
