@@ -1,14 +1,40 @@
 # The H200 runs of docs/results/*-h200*.md, as run through the device tool (see scripts/device_env.sh).
-# Usage on the device, from the checkout: `bash scripts/h200_session.sh place|start|copy|pool|simple K/N|gputests FILES|poll S|collect`.
+# Usage on the device, from the checkout: `bash scripts/h200_session.sh chunk|place|check|search|start|copy|pool|simple K/N|gputests FILES|poll S|collect`.
 # Long jobs run detached from a copy (/tmp/kwb) so that a later call's fresh checkout cannot change
 # them; each writes its log under /tmp/kwout.
 set -u
 source scripts/device_env.sh
 MODEL=/tmp/kwcache/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 case "${1:-}" in
-place)  # the model arrives in chunks appended to /tmp/q15.gguf
+chunk)  # `chunk cNN`: one chunk of the model, carried as .carry/cNN (`split -b 58M -d -a 2 MODEL.gguf
+  # .carry/c`), in order; named, since chunks carried by earlier calls may still lie there
+  cat ".carry/$2" >> /tmp/q15.gguf && ls -la /tmp/q15.gguf ;;
+place)  # the model arrives in chunks appended to /tmp/q15.gguf; dequantised once here, so that the
+  # studies started next do not each dequantise it at once
   echo "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046  /tmp/q15.gguf" | sha256sum -c - || exit 1
-  mv /tmp/q15.gguf "$MODEL" && ln -sf "$MODEL" /tmp/kwcache/models/ ;;
+  mv /tmp/q15.gguf "$MODEL" && ln -sf "$MODEL" /tmp/kwcache/models/
+  python3 -c "from kernelwright.llm import make_backend; print(make_backend('hf:qwen2.5-coder-1.5b').loaded_from)" ;;
+check)  # the scaffold oracle regions through the evaluator (the judge split), detached, from a copy
+  # of its own (/tmp/kwc: `search` replaces /tmp/kwb while this may still run)
+  rm -rf /tmp/kwc && mkdir -p /tmp/kwc && cp -a kernelwright benchmarks tests pyproject.toml /tmp/kwc/
+  cd /tmp/kwc
+  PYTHONPATH=/tmp/site:/tmp/kwc setsid nohup python3 benchmarks/scaffold_check.py --device cuda --target cuda \
+    --target triton --jobs 4 --out /tmp/kwout/scaffold-check.md > /tmp/kwout/scaffold-check.log 2>&1 < /dev/null &
+  disown -a; sleep 2; echo started ;;
+search)  # issue #17: zero_shot+scaffold vs search, CUDA and Triton on the GPU and C++ on the host's
+  # CPU, side by side; with them (issue #19) plain copies of the references timed on the same GPU
+  bash "$0" copy
+  cd /tmp/kwb
+  export PYTHONPATH=/tmp/site:/tmp/kwb
+  for t in cuda triton cpp; do
+    dev=cuda; [ $t = cpp ] && dev=cpu
+    setsid nohup python3 -m kernelwright.cli study run -m "hf:qwen2.5-coder-1.5b?batch_size=64" \
+      -r zero_shot+scaffold,search -t builtin --target $t --device $dev \
+      --max-tokens 768 --iters 50 --jobs 34 --out /tmp/st/$t > /tmp/kwout/study-$t.log 2>&1 < /dev/null &
+  done
+  setsid nohup python3 benchmarks/copy_timing.py --device cuda --rounds 3 --out /tmp/kwout/copy-timing.md \
+    > /tmp/kwout/copy-timing.log 2>&1 < /dev/null &
+  disown -a; sleep 2; echo started ;;
 start)
   bash "$0" copy
   cd /tmp/kwb
@@ -25,10 +51,10 @@ start)
   disown -a; sleep 2; echo started ;;
 poll)  # wait up to $2 seconds for the detached jobs, printing where they are
   end=$((SECONDS + ${2:-300}))
-  while [ $SECONDS -lt $end ] && pgrep -f "[k]ernelwright.cli (study|optimize)|[e]val_throughput" > /dev/null; do sleep 10; done
+  while [ $SECONDS -lt $end ] && pgrep -f "[k]ernelwright.cli (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing" > /dev/null; do sleep 10; done
   for f in /tmp/kwout/*.log; do echo "== $f"; tail -c 1500 "$f" | tr '\r' '\n' | tail -n 8; done
-  for t in cuda triton; do [ -f /tmp/st/$t/cells.jsonl ] && echo "$t cells: $(wc -l < /tmp/st/$t/cells.jsonl)"; done
-  pgrep -fa "[k]ernelwright.cli (study|optimize)|[e]val_throughput" | cut -c1-120 ;;
+  for t in cuda triton cpp; do [ -f /tmp/st/$t/cells.jsonl ] && echo "$t cells: $(wc -l < /tmp/st/$t/cells.jsonl)"; done
+  pgrep -fa "[k]ernelwright.cli (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing" | cut -c1-120 ;;
 pool)  # the throughput benchmark's pool pass, detached, on a quiet machine (nothing else running)
   cd /tmp/kwb
   PYTHONPATH=/tmp/site:/tmp/kwb setsid nohup python3 benchmarks/eval_throughput.py --set gpu --device cuda \

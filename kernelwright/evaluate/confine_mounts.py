@@ -60,7 +60,10 @@ def _within(path: str, root: str) -> bool:
 
 
 def setup(scratch: str, visible: list[str]) -> None:
-    held = {p: os.open(p, os.O_PATH) for p in [scratch, *visible] if os.path.exists(p)}
+    # bound parents first: a path inside another (the pre-check's scratch lies inside its cache, which
+    # is visible read-only) must be bound after it, or the parent's bind hides it, read-only
+    paths = sorted(dict.fromkeys([scratch, *visible]), key=lambda p: p.rstrip("/").count("/"))
+    held = {p: os.open(p, os.O_PATH) for p in paths if os.path.exists(p)}
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")

@@ -17,6 +17,12 @@ they run side by side with each other but never during another process's timing,
 waits until they are done. Builds and scaffold planning take nothing (a study plans before it
 evaluates anything). `waited` says how long the last acquisition waited (recorded with timings).
 
+Waiting for the exclusive hold is first come, first served against later shared requests: flock
+alone prefers readers, so a stream of overlapping correctness runs (two studies on one GPU) kept a
+timing waiting until its evaluation timed out (H200, 2026-12-02). A gate file beside the lock
+(`<lock>.gate`) is taken exclusively by every acquirer only while it waits: a timing waiting for
+the lock holds the gate, so a later shared request queues behind it instead of slipping past.
+
 A second lock per device, `kind="admission"`, is about memory, not time: every evaluation holds it
 shared from start to end (in the evaluating process, outside the sandbox), and a candidate that ran
 out of memory beside others is re-run holding it exclusively, so with nothing else of ours on the
@@ -70,11 +76,16 @@ def _open(path: Path) -> IO[str]:
     return f
 
 
+def gate_path(path: Path) -> Path:
+    return path.with_name(path.name + ".gate")
+
+
 def prepare(device: str) -> Path:
-    """Make `device`'s lock file now, so a worker that sees the folder read-only can still lock it;
-    returns the folder, which the sandbox binds into the worker's view."""
+    """Make `device`'s lock file and its gate now, so a worker that sees the folder read-only can
+    still lock them; returns the folder, which the sandbox binds into the worker's view."""
     path = lock_path(device)
     _open(path).close()
+    _open(gate_path(path)).close()
     return path.parent
 
 
@@ -87,9 +98,12 @@ class DeviceLock:
         self.waited = 0.0
 
     def _flock(self, f: IO[str], exclusive: bool) -> None:
+        """Take the lock through its gate (module docstring): whoever waits holds the gate."""
         start = time.monotonic()
-        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        self.waited = time.monotonic() - start
+        with _open(gate_path(self.path)) as gate:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        self.waited = time.monotonic() - start  # closing the gate's descriptor let the next one in
 
     def __enter__(self) -> DeviceLock:
         held = _held.__dict__.setdefault("files", {})
@@ -103,7 +117,10 @@ class DeviceLock:
         now = modes[-1]
         want = now or self.exclusive  # within a thread an exclusive hold covers a shared request
         if want and not now:
-            self._flock(f, True)  # shared -> exclusive (flock converts: released, then taken)
+            # shared -> exclusive: let go first, as flock's conversion would, so that two holders
+            # upgrading at once cannot each wait for the other behind the gate
+            fcntl.flock(f, fcntl.LOCK_UN)
+            self._flock(f, True)
         else:
             self.waited = 0.0
         modes.append(want)

@@ -96,3 +96,62 @@ def test_the_lock_is_reentrant_in_a_thread_and_exclusive_across_threads():
         order.append("mine")
     other.join(timeout=10)
     assert order == ["mine", "other"] and lock_path("cuda").is_file()
+
+
+def test_a_waiting_timing_goes_before_later_shared_requests():
+    """flock alone lets shared requests slip past a waiting exclusive one: on the H200, two studies'
+    overlapping correctness runs kept a plain copy's timing waiting until it timed out. Here a
+    reader holds the device, a timing waits, a second reader asks after it: the timing comes first."""
+    events: list[str] = []
+    release_a = threading.Event()
+
+    def reader_a() -> None:
+        with DeviceLock("cpu", shared=True):
+            events.append("a in")
+            release_a.wait(30)
+        events.append("a out")
+
+    def writer() -> None:
+        with DeviceLock("cpu"):
+            events.append("timing in")
+            time.sleep(0.2)
+            events.append("timing out")
+
+    def reader_b() -> None:
+        with DeviceLock("cpu", shared=True):
+            events.append("b in")
+
+    a = threading.Thread(target=reader_a)
+    a.start()
+    while "a in" not in events:
+        time.sleep(0.01)
+    w = threading.Thread(target=writer)
+    w.start()
+    time.sleep(0.3)  # the timing is waiting now (a holds the device)
+    b = threading.Thread(target=reader_b)
+    b.start()
+    time.sleep(0.5)  # without the gate, b would be in by now, beside a
+    assert "b in" not in events, events
+    release_a.set()
+    for t in (a, w, b):
+        t.join(30)
+    assert events.index("timing out") < events.index("b in"), events
+
+
+def test_two_holders_upgrading_at_once_do_not_deadlock():
+    """shared -> exclusive in two threads at once: each lets go before waiting behind the gate."""
+    both_shared = threading.Barrier(2)
+    done: list[str] = []
+
+    def upgrade(name: str) -> None:
+        with DeviceLock("cpu", shared=True):
+            both_shared.wait(10)
+            with DeviceLock("cpu"):
+                done.append(name)
+
+    threads = [threading.Thread(target=upgrade, args=(n,)) for n in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(done) == ["a", "b"]

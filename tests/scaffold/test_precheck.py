@@ -210,3 +210,54 @@ def test_a_second_call_is_answered_from_memory(plans) -> None:
     again = precheck(p, "cpp", "  " + text + "\n")
     assert again.status == first.status == PrecheckStatus.PASS
     assert time.perf_counter() - started < 0.05
+
+
+# ---- the harness's failures are not the region's --------------------------------------------------
+def _mechanisms() -> list[str]:
+    from kernelwright.evaluate import confine
+
+    offered = confine.offer()
+    return [m for m in ("bwrap", "unshare") if getattr(offered, m, False)]
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("mechanism", ["bwrap", "unshare"])
+def test_the_same_verdicts_under_each_confinement(mechanism, plans, monkeypatch) -> None:
+    """On a machine without bubblewrap (the H200) the `unshare` fallback confines the probe run; its
+    private /tmp once hid the scratch inside the pre-check's (visible, read-only) cache, and every
+    region, right or wrong, came back `runtime_error` (exit 4): the search regime built nothing."""
+    if mechanism not in _mechanisms():
+        pytest.skip(f"{mechanism} does not work here")
+    import importlib
+
+    pc = importlib.import_module("kernelwright.scaffold.precheck")  # the package: `precheck` is also a function
+    monkeypatch.setenv("KERNELWRIGHT_CONFINE", mechanism)
+    monkeypatch.setattr(pc, "_memo", {})
+    p = plans["builtin/L2/06_channel_affine_hardswish_residual"]
+    sc = write(p, "cpp")
+    got = precheck_many(p, "cpp", [region(sc), region(sc, wrong=True), "volatile int* p = nullptr; *p = 1;"])
+    assert [g.status for g in got] == [PrecheckStatus.PASS, PrecheckStatus.COUNTEREXAMPLE,
+                                       PrecheckStatus.RUNTIME_ERROR], [g.render() for g in got]
+
+
+@pytest.mark.build
+def test_a_harness_that_cannot_keep_values_refutes_nothing(plans) -> None:
+    """Exit 4 is the harness failing to write a region's values: not judged (built instead), the
+    other regions of the same run keep their verdicts."""
+    p = plans["builtin/L2/06_channel_affine_hardswish_residual"]
+    sc = write(p, "cpp")
+    got = precheck_many(p, "cpp", [region(sc), "_exit(4);", region(sc, wrong=True)])
+    assert [g.status for g in got] == [PrecheckStatus.PASS, PrecheckStatus.UNSUPPORTED,
+                                       PrecheckStatus.COUNTEREXAMPLE], [g.render() for g in got]
+
+
+def test_a_triton_child_that_does_not_start_refutes_nothing(plans, monkeypatch, tmp_path) -> None:
+    from kernelwright.scaffold.precheck import tl_shim
+
+    broken = tmp_path / "child.py"
+    broken.write_text("import sys\nsys.exit(3)\n")
+    monkeypatch.setattr(tl_shim, "CHILD", broken)
+    p = plans["builtin/L1/01_gelu_tanh"]
+    sc = write(p, "triton")
+    got = tl_shim.run(p.segment, "triton", p.probes, [region(sc), region(sc, wrong=True)])
+    assert all(g.unsupported and not g.runtime_error for g in got), got

@@ -231,13 +231,22 @@ def _execute(binary: Path, seg: Segment, probes: Probes, n: int, out_len: int) -
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
         prefix = str(Path(tmp) / "out")
         code, stdout = confined_run([str(binary), str(inputs), prefix], tmp, [str(cache_dir())], RUN_TIMEOUT_S)
-        if code == -1:
-            return [RegionRun(runtime_error="the probe run did not finish") for _ in range(n)]
         status = dict(line.split(" ", 1) for line in stdout.splitlines() if " " in line)
+        # The harness's own failures are not the region's: every region has its own alarm, so a run
+        # that did not finish, or a harness that could not start, read its inputs or keep a region's
+        # values (exit 4: its scratch not writable, as under a confinement that hid it), says nothing
+        # about the math. Such a region is not judged here (unsupported: it is built and judged).
+        if code == -1:
+            return [RegionRun(unsupported="the probe run did not finish in time (the machine is busy)")] * n
+        if not status:
+            return [RegionRun(unsupported=f"the probe harness did not run here (exit {code})")] * n
         results = []
         for k in range(n):
             st = status.get(str(k), "missing")
             path = Path(f"{prefix}.{k}")
+            if st == "exit 4":
+                results.append(RegionRun(unsupported="the probe harness could not keep the region's values here"))
+                continue
             if st != "exit 0" or not path.exists():
                 why = ("ran past the time limit (a deadlock, or a loop that does not end)" if st == "signal 14"
                        else f"crashed ({_signal_name(st)})")

@@ -74,11 +74,18 @@ def run(seg: Segment, target: str, probes: Probes, regions: list[str]) -> list[R
             continue
         replies[reply.get("k")] = reply
     out = []
+    # The child runs the regions in order: the first without a reply was running when it died or ran
+    # out of time (its fault), those after it were never run. A child that answered nothing did not
+    # start here (the harness's failure, or a busy machine): no region is judged by it.
+    culprit = min((k for k in range(len(regions)) if k not in replies), default=None) if replies else None
     for k in range(len(regions)):
         reply = replies.get(k)
-        if reply is None:
-            why = "the run did not finish" if code == -1 else f"the child ended (exit {code}) before this region"
+        if reply is None and k == culprit:
+            why = "the run did not finish" if code == -1 else f"the child ended (exit {code}) in this region"
             out.append(RegionRun(runtime_error=why))
+        elif reply is None:
+            out.append(RegionRun(unsupported="not run: the probe child " + (
+                "did not start here" if not replies else "ended in an earlier region")))
         elif "values" in reply:
             vals = array("f")
             vals.frombytes(base64.b64decode(reply["values"]))
