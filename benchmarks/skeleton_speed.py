@@ -1,0 +1,102 @@
+"""The ceiling of the scaffold approach: each skeleton with a correct region (the test oracle's),
+timed against eager PyTorch and torch.compile by the real evaluator. Prints a table.
+
+No model is involved: this is the best any model can reach through the scaffold on this device
+(issue #20). Builds run first, in parallel and untimed (--jobs); the timed evaluations then run one
+at a time, each finding its extension in the build cache, so no build competes with a clock.
+
+    python benchmarks/skeleton_speed.py --device cuda --target cuda --target triton --out table.md
+    python benchmarks/skeleton_speed.py --device cpu --target cpp --size small
+
+`of copy bw` is the timing's floor (the call's input and output bytes at the device's copy
+bandwidth) over the skeleton's median: 1.0 is a kernel that only moves its bytes once, at the speed
+of a copy; a memory-bound kernel should come near it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kernelwright.evaluate import EvalConfig, evaluate  # noqa: E402
+from kernelwright.evaluate.evaluator import resolve_size  # noqa: E402
+from kernelwright.scaffold import plan_task, write  # noqa: E402
+from kernelwright.tasks import load_tasks  # noqa: E402
+from tests.scaffold.oracle import region  # noqa: E402
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return num / den if num and den else None
+
+
+def _fmt(v: float | None, digits: int = 3) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _geomean(values: list[float]) -> float | None:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", default="builtin")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--target", action="append", choices=["cuda", "triton", "cpp"])
+    ap.add_argument("--size", default="auto")
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--jobs", type=int, default=2, help="parallel untimed builds before the timed runs")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    targets = args.target or (["cpp"] if args.device == "cpu" else ["cuda", "triton"])
+    size = resolve_size(args.device, args.size)
+    started = time.monotonic()
+    tasks = load_tasks(args.tasks)
+    with ThreadPoolExecutor(args.jobs) as pool:
+        plans = list(pool.map(lambda t: (t, plan_task(t, size, device=args.device)), tasks))
+    jobs = [(t, target, p, write(p, target)) for t, p in plans if p.available for target in targets]
+    programs = [(t, target, p, sc.program_with(region(sc))) for t, target, p, sc in jobs]
+    print(f"{len(programs)} skeletons with their oracle regions; building", flush=True)
+    untimed = EvalConfig(device=args.device, size=size, time=False, trials=1, timeout=600.0)
+    with ThreadPoolExecutor(args.jobs) as pool:
+        list(pool.map(lambda j: evaluate(j[0], j[3], untimed), programs))
+    timed = EvalConfig(device=args.device, size=size, iters=args.iters, compile_baseline=True, timeout=600.0)
+    rows = []
+    for t, target, p, program in programs:
+        r = evaluate(t, program, timed)
+        floor = r.timing.floor_ms if r.timing else None
+        row = (t.id, target, p.segment.kind.value if p.segment else "-", r.verdict.value, r.ref_runtime_ms,
+               r.compile_runtime_ms, r.runtime_ms, _ratio(r.ref_runtime_ms, r.runtime_ms),
+               _ratio(r.compile_runtime_ms, r.runtime_ms), _ratio(floor, r.runtime_ms))
+        rows.append(row)
+        print(f"{t.id} {target}: {r.verdict.value}, {_fmt(row[7])}x eager, {_fmt(row[8])}x torch.compile"
+              + (f" ({r.compile_baseline_error})" if r.compile_baseline_error else ""), flush=True)
+    lines = [f"# Skeleton speed with the oracle's regions ({args.device}, size {size})", "",
+             f"Machine: {platform.machine()}, {len(rows)} rows in {time.monotonic() - started:.0f} s, "
+             f"{args.iters} timed calls each.", "", "```", " ".join(["python benchmarks/skeleton_speed.py", *sys.argv[1:]]),
+             "```", "",
+             "| task | target | segment | verdict | eager ms | compile ms | skeleton ms | x eager | x compile | of copy bw |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} | {_fmt(e, 4)} | {_fmt(f, 4)} | {_fmt(g, 4)} | {_fmt(h)} | {_fmt(i)} | {_fmt(j, 2)} |"
+              for a, b, c, d, e, f, g, h, i, j in rows]
+    correct = [r for r in rows if r[3] == "correct"]
+    vs_eager = [r[7] for r in correct if r[7]]
+    vs_compile = [r[8] for r in correct if r[8]]
+    lines += ["", f"{len(correct)} of {len(rows)} correct. Geometric mean: {_fmt(_geomean(vs_eager))}x eager, "
+                  f"{_fmt(_geomean(vs_compile))}x torch.compile; at or above torch.compile: "
+                  f"{sum(v >= 1.0 for v in vs_compile)} of {len(vs_compile)}."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    return 0 if len(correct) == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
