@@ -11,10 +11,10 @@ its holder dies, so a killed run never leaves a device locked. Within one thread
 re-entrant (a worker holds it across the candidate's and the reference's timing, each of which
 takes it again).
 
-A reader-writer lock: measurements and generation hold it exclusively; an evaluation's correctness,
-re-check and work stages (work on the device, but no clock) hold it shared (`shared=True`), so
-they run side by side with each other but never during another process's timing, and a timing
-waits until they are done. Builds and scaffold planning take nothing (a study plans before it
+A reader-writer lock: measurements hold it exclusively; an evaluation's correctness, re-check and
+work stages and a model generating (work on the device, but no clock) hold it shared
+(`shared=True`), so they run side by side with each other but never during another process's
+timing, and a timing waits until they are done. Builds and scaffold planning take nothing (a study plans before it
 evaluates anything). `waited` says how long the last acquisition waited (recorded with timings).
 
 Waiting for the exclusive hold is first come, first served against later shared requests: flock

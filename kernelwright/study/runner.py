@@ -145,11 +145,13 @@ class DeviceSlots:
 def shared_backend(inner: Backend) -> CoalescingBackend:
     """The model as the cell threads share it: requests of cells that wait at the same time are
     generated in one call, and a model with a device (llama.cpp on the CPU, transformers on a GPU)
-    holds that device while it generates, since its work would skew a timing there."""
+    holds that device shared while it generates: its work would skew a timing there, but not a
+    correctness run (no clock), and held exclusively it kept a GPU's correctness runs waiting for
+    most of each batch (three studies on one H200: a Triton cell's correctness stage took 197 s)."""
     device = getattr(inner, "device", None)
     # backends that gain from many requests per call linger a moment to gather the first wave
     linger = 1.0 if getattr(inner, "batches_requests", False) else 0.0
-    return CoalescingBackend(inner, DeviceLock(device) if device else None, linger)
+    return CoalescingBackend(inner, DeviceLock(device, shared=True) if device else None, linger)
 
 
 class FactsStore:
