@@ -21,12 +21,13 @@ check)  # the scaffold oracle regions through the evaluator (the judge split), d
   PYTHONPATH=/tmp/site:/tmp/kwc setsid nohup python3 benchmarks/scaffold_check.py --device cuda --target cuda \
     --target triton --jobs 4 --out /tmp/kwout/scaffold-check.md > /tmp/kwout/scaffold-check.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
-search)  # issue #17: zero_shot+scaffold vs search, CUDA and Triton on the GPU and C++ on the host's
-  # CPU, side by side; with them (issue #19) plain copies of the references timed on the same GPU
+search)  # issue #17: zero_shot+scaffold vs search, CUDA and Triton on the GPU, side by side; with them
+  # (issue #19) plain copies of the references timed on the same GPU. `search cpp` adds C++ on the
+  # host's CPU (on 2026-12-02 all three with the scaffold check oversubscribed the 16 cores)
   bash "$0" copy
   cd /tmp/kwb
   export PYTHONPATH=/tmp/site:/tmp/kwb
-  for t in cuda triton cpp; do
+  for t in cuda triton ${2:-}; do
     dev=cuda; [ $t = cpp ] && dev=cpu
     setsid nohup python3 -m kernelwright.cli study run -m "hf:qwen2.5-coder-1.5b?batch_size=64" \
       -r zero_shot+scaffold,search -t builtin --target $t --device $dev \
