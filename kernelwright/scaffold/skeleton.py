@@ -349,8 +349,9 @@ def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
                   "    C10_CUDA_KERNEL_LAUNCH_CHECK();\n")
     decl, host = _host(seg, "is_cuda()", launch)
     kernel_prog, kernel_view = _marked(kernel, indent, "//")
-    includes = ("#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n"
-                "#include <c10/cuda/CUDAException.h>\n#include <math.h>\n")
+    # load_inline starts cuda_sources with <torch/types.h>, all the host code needs; <torch/extension.h>
+    # (the whole C++ frontend and pybind11) would make nvcc take 2-3x as long (main.cpp has it)
+    includes = "#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAException.h>\n#include <math.h>\n"
     cuda_src = f"{includes}{helpers}\n{kernel_prog}\n{host}"
     name = _ext_name(plan, "cuda")
     kernel_part = (f'KW_CPP_SOURCE = """\n{decl}\n"""\n\nKW_CUDA_SOURCE = r"""\n{cuda_src}"""\n\n'

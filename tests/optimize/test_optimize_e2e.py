@@ -34,8 +34,26 @@ RECORDED_ARGS = ["--rounds", "1", "--iters", "20", "--max-tokens", "768", "--dev
 
 pytestmark = [pytest.mark.build, pytest.mark.skipif(not TRANSCRIPT.is_file(), reason="no recorded optimize transcript")]
 
+# model_new.py runs in a fresh interpreter, as a user would run it. Its load_inline is served from the
+# run's build cache when its arguments are exactly those of a build the evaluator verified (the
+# cache's own key and lookup): the same arguments build the same extension, so building them again
+# (a minute on 2 cores) proves nothing more. Any other arguments miss and are built here for real.
 CHECK_MODEL_NEW = """
-import importlib.util, sys, torch
+import importlib.util, inspect, os, sys, torch
+import torch.utils.cpp_extension as cpp_extension
+from kernelwright.evaluate import buildcache
+real_load_inline = cpp_extension.load_inline
+def load_inline(*args, **kwargs):
+    bound = inspect.signature(real_load_inline).bind(*args, **kwargs).arguments
+    key = buildcache.build_key(dict(bound), os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
+                               buildcache.torch_version() or torch.__version__)
+    root = os.path.join(os.environ["KERNELWRIGHT_CACHE"], "builds")
+    folder, _ = buildcache.lookup(root, buildcache.SHARED, key, bound["name"])
+    print("extension", bound["name"], "from the build cache" if folder else "built")
+    if folder:
+        return cpp_extension._import_module_from_library(bound["name"], folder, bound.get("is_python_module", True))
+    return real_load_inline(*args, **kwargs)
+cpp_extension.load_inline = load_inline
 def load(path, name):
     spec = importlib.util.spec_from_file_location(name, path)
     m = importlib.util.module_from_spec(spec); sys.modules[name] = m; spec.loader.exec_module(m); return m
@@ -91,10 +109,13 @@ def test_optimize_end_to_end_on_replay(mode, tmp_path, build_cache):
         model_new = out / "model_new.py"
         assert best.id in report and outcome.kept_id == best.id
         assert "--- reference.py" in report and "+++ model_new.py" in report
-        env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+        env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"), "KERNELWRIGHT_CACHE": str(build_cache),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         check = subprocess.run([sys.executable, "-c", CHECK_MODEL_NEW, str(EXAMPLE), str(model_new)],
                                capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
         assert check.returncode == 0 and "ok" in check.stdout, (check.stdout, check.stderr[-2000:])
+        # what model_new.py builds is exactly what the evaluator built and verified
+        assert "built" not in check.stdout.split(), check.stdout
     else:
         assert not (out / "model_new.py").exists() and "nothing kept" in report
 
