@@ -34,7 +34,12 @@ _COMMANDS = {"llama_cpp.server": "slow", "ray/_private/workers": "slow", "ray::"
 
 
 def _tier_of(cmdline: str) -> Optional[str]:
-    head = cmdline.split("\0", 1)[0].rsplit("/", 1)[-1]
+    args = cmdline.split("\0")
+    head = args[0].rsplit("/", 1)[-1]
+    if head in ("cc1plus", "cc1") and "-E" in args:
+        # preprocessing only, a query of milliseconds: grounding asks the compiler once per process
+        # for its include search list (`c++ -E -x c++ - -v`); whichever test asks first is not a build
+        return None
     if head in _PROGRAMS:
         return _PROGRAMS[head]
     text = cmdline[:400]
