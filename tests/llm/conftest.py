@@ -14,24 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.llm import local_model
-
-SMALL = "qwen2.5-coder-0.5b"
-
-
-@pytest.fixture(scope="session")
-def small_model() -> Path:
-    """The verified 0.5B GGUF; pulled first when KERNELWRIGHT_TEST_PULL=1, else skipped if absent."""
-    if os.environ.get("KERNELWRIGHT_TEST_PULL") == "1":
-        return local_model.pull(SMALL)
-    path = local_model.cached_path(SMALL)
-    if path is None:
-        pytest.skip(
-            f"{SMALL} is not in {local_model.cache_dir()}: run `kernelwright model pull {SMALL}` "
-            "or set KERNELWRIGHT_TEST_PULL=1"
-        )
-    return path
-
 
 def need(*modules: str, extra: str) -> None:
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
