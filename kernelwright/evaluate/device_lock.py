@@ -14,8 +14,8 @@ takes it again).
 A reader-writer lock: measurements hold it exclusively; an evaluation's correctness, re-check and
 work stages and a model generating (work on the device, but no clock) hold it shared
 (`shared=True`), so they run side by side with each other but never during another process's
-timing, and a timing waits until they are done. Builds and scaffold planning take nothing (a study plans before it
-evaluates anything). `waited` says how long the last acquisition waited (recorded with timings).
+timing, and a timing waits until they are done. Builds and scaffold planning take nothing (a study
+plans before it evaluates anything). `waited` says how long the last acquisition waited (recorded with timings).
 
 Waiting for the exclusive hold is first come, first served against later shared requests: flock
 alone prefers readers, so a stream of overlapping correctness runs (two studies on one GPU) kept a
