@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernelwright.evaluate import EvalConfig, evaluate  # noqa: E402
 from kernelwright.evaluate.evaluator import resolve_size  # noqa: E402
-from kernelwright.scaffold import plan_task, write  # noqa: E402
+from kernelwright.scaffold import plan_tasks, write  # noqa: E402
 from kernelwright.tasks import load_tasks  # noqa: E402
 from tests.scaffold.oracle import region  # noqa: E402
 
@@ -58,8 +58,7 @@ def main() -> int:
     size = resolve_size(args.device, args.size)
     started = time.monotonic()
     tasks = load_tasks(args.tasks)
-    with ThreadPoolExecutor(args.jobs) as pool:
-        plans = list(pool.map(lambda t: (t, plan_task(t, size, device=args.device)), tasks))
+    plans = zip(tasks, plan_tasks(tasks, size, device=args.device))  # one planning child for all
     jobs = [(t, target, p, write(p, target)) for t, p in plans if p.available for target in targets]
     programs = [(t, target, p, sc.program_with(region(sc))) for t, target, p, sc in jobs]
     print(f"{len(programs)} skeletons with their oracle regions; building", flush=True)

@@ -16,7 +16,7 @@ place)  # the model arrives in chunks appended to /tmp/q15.gguf; dequantised onc
   python3 -c "from kernelwright.llm import make_backend; print(make_backend('hf:qwen2.5-coder-1.5b').loaded_from)" ;;
 check)  # the scaffold oracle regions through the evaluator (the judge split), detached, from a copy
   # of its own (/tmp/kwc: `search` replaces /tmp/kwb while this may still run)
-  rm -rf /tmp/kwc && mkdir -p /tmp/kwc && cp -a kernelwright benchmarks tests pyproject.toml /tmp/kwc/
+  bash "$0" copy /tmp/kwc
   cd /tmp/kwc
   PYTHONPATH=/tmp/site:/tmp/kwc setsid nohup python3 benchmarks/scaffold_check.py --device cuda --target cuda \
     --target triton --jobs 4 --out /tmp/kwout/scaffold-check.md > /tmp/kwout/scaffold-check.log 2>&1 < /dev/null &
@@ -61,8 +61,9 @@ pool)  # the throughput benchmark's pool pass, detached, on a quiet machine (not
   PYTHONPATH=/tmp/site:/tmp/kwb setsid nohup python3 benchmarks/eval_throughput.py --set gpu --device cuda \
     --pass pool --save /tmp/kwout/pool.json > /tmp/kwout/pool.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
-copy)  # the checkout as it is now, for detached jobs (start calls it)
-  rm -rf /tmp/kwb && mkdir -p /tmp/kwb && cp -a kernelwright benchmarks scripts tests examples pyproject.toml /tmp/kwb/
+copy)  # `copy [DIR]`: the checkout as it is now, for detached jobs (default /tmp/kwb)
+  dest=${2:-/tmp/kwb}
+  rm -rf "$dest" && mkdir -p "$dest" && cp -a kernelwright benchmarks scripts tests examples pyproject.toml "$dest/"
   echo copied ;;
 simple)  # its simple pass, detached; saved after every candidate, continued from its save if present.
   # `simple K/N` runs part K of N (saved in simple-K.json); parts may run side by side (times add up).

@@ -235,7 +235,8 @@ def run_prepared(task: Task, pre: Prepared, cfg: EvalConfig, run: Optional[Sandb
     alone (the device's admission lock held exclusively: evaluations of ours already running finish
     first and new ones wait), and the record says so. Out of memory alone too stays `out_of_memory`."""
     uses_device = not (cfg.compile_only or prebuild)
-    admitted = device_lock.DeviceLock(cfg.device, shared=True, kind="admission") if uses_device else contextlib.nullcontext()
+    admitted = (device_lock.DeviceLock(cfg.device, shared=True, kind="admission") if uses_device
+                else contextlib.nullcontext())
     with admitted:
         result = _run_in_sandbox(task, pre.code, pre.code_hash, cfg, run or sandbox.run_job, prebuild)
     if result.verdict == Verdict.OUT_OF_MEMORY and uses_device:

@@ -15,6 +15,7 @@ error. The confusion matrix over every recorded answer is benchmarks/precheck_co
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import struct
@@ -29,6 +30,8 @@ from kernelwright.tasks import load_tasks
 
 from .oracle import region
 
+# the package itself: `kernelwright.scaffold.precheck` is also the name of a function
+PRECHECK_PACKAGE = importlib.import_module("kernelwright.scaffold.precheck")
 ANSWERS = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "scaffold" / "precheck_answers.json").read_text())
 # one task per layout (as in test_scaffold): elementwise with a broadcast extra, whole rows, one value
 # per row in half precision, a bf16 row norm with a weight; and a clamp (edge probes at its bounds)
@@ -202,9 +205,6 @@ def test_correct_regions_pass_and_broken_ones_do_not(task_id, target, plans) -> 
 
 @pytest.mark.build
 def test_a_second_call_is_answered_from_memory(plans, monkeypatch) -> None:
-    import importlib
-
-    pc = importlib.import_module("kernelwright.scaffold.precheck")  # the package: `precheck` is also a function
     p = plans["builtin/L2/01_linear_gelu_scale"]
     text = "y = 0.5f * x * (1.0f + erff(x * 0.70710678f)) * 0.5f;"
     first = precheck(p, "cpp", text)
@@ -212,7 +212,7 @@ def test_a_second_call_is_answered_from_memory(plans, monkeypatch) -> None:
     def no_second_run(*_):
         raise AssertionError("the region was compiled and run again")
 
-    monkeypatch.setattr(pc, "_run", no_second_run)
+    monkeypatch.setattr(PRECHECK_PACKAGE, "_run", no_second_run)
     again = precheck(p, "cpp", "  " + text + "\n")
     assert again.status == first.status == PrecheckStatus.PASS
 
@@ -233,11 +233,8 @@ def test_the_same_verdicts_under_each_confinement(mechanism, plans, monkeypatch)
     region, right or wrong, came back `runtime_error` (exit 4): the search regime built nothing."""
     if mechanism not in _mechanisms():
         pytest.skip(f"{mechanism} does not work here")
-    import importlib
-
-    pc = importlib.import_module("kernelwright.scaffold.precheck")  # the package: `precheck` is also a function
     monkeypatch.setenv("KERNELWRIGHT_CONFINE", mechanism)
-    monkeypatch.setattr(pc, "_memo", {})
+    monkeypatch.setattr(PRECHECK_PACKAGE, "_memo", {})
     p = plans["builtin/L2/06_channel_affine_hardswish_residual"]
     sc = write(p, "cpp")
     got = precheck_many(p, "cpp", [region(sc), region(sc, wrong=True), "volatile int* p = nullptr; *p = 1;"])
