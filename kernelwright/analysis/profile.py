@@ -123,7 +123,7 @@ def _profile(model: nn.Module, inputs: Sequence[Any], device: str | torch.device
     return ProfileReport(
         device=str(dev), clock="self_device" if cuda else "self_cpu", warmup=warmup, iters=n, top=top,
         ops_total=len(names), self_total_ms=self_total_ms, window_ms=window_ms,
-        span_ms=statistics.median(spans) / 1e3, forward_ms=forward.median_ms,
+        span_ms=statistics.median(spans) / 1e3, range_cost_ms=idle_us / 1e3, forward_ms=forward.median_ms,
         profiler_overhead_ms=window_ms - forward.median_ms, host_gap_ms=max(0.0, window_ms - self_total_ms),
         coverage=coverage, window_coverage=statistics.median(t / w for t, w in zip(totals, windows)),
         ratio_to_forward=self_total_ms / forward.median_ms if forward.median_ms else 0.0,

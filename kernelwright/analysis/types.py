@@ -184,6 +184,7 @@ class ProfileReport(BaseModel):
     self_total_ms: float  # summed self time of every op in one forward (median over calls)
     window_ms: float  # wall time of one profiled forward, minus an empty range's cost (median)
     span_ms: float  # first op start to last op end in one profiled forward (median)
+    range_cost_ms: float = 0.0  # what an empty range costs, subtracted from each window (so span <= window + this)
     forward_ms: float  # median forward time without the profiler (the evaluator's protocol)
     profiler_overhead_ms: float  # window_ms - forward_ms (negative when caches/noise favour the window)
     host_gap_ms: float  # window time inside no op: Python, dispatch, profiler bookkeeping

@@ -34,7 +34,11 @@ def test_self_time_matches_the_profiled_forward(task_id, top_target):
     assert report.top[0].target == top_target and report.top[0].share > 0.5
     assert report.clock == "self_cpu" and report.iters == 10 and report.tolerance == 0.10
     assert sum(o.share for o in report.top) <= 1.0 + 1e-9
-    assert report.forward_ms > 0 and report.window_ms > 0 and report.span_ms <= report.window_ms * 1.5
+    assert report.forward_ms > 0 and report.window_ms > 0 and report.range_cost_ms >= 0
+    # Each call's ops lie inside its range, and the window is the range less the calibrated cost of an
+    # empty one; the medians keep that order. (A ratio bound failed under CI load: the calibration ran
+    # 14 us slow while the forward took 26 us.)
+    assert report.span_ms <= report.window_ms + report.range_cost_ms + 1e-6
 
 
 def test_multi_op_forward_is_never_double_counted():

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
-import time
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from kernelwright.records import Task
 from kernelwright.tasks import SIZE_ENV, load_tasks
@@ -24,7 +24,11 @@ from kernelwright.tasks import SIZE_ENV, load_tasks
 TASKS: list[Task] = load_tasks("builtin")
 BY_ID = {task.id: task for task in TASKS}
 ALLOWED_IMPORTS = {"os", "math", "torch", "torch.nn", "torch.nn.functional"}
-SMALL_BUDGET_S = 1.0
+# The small size is what every CPU test runs: bounded in work, so it takes milliseconds on any
+# machine (a wall-clock bound failed only when the machine was loaded). Largest today: 10 MFLOP,
+# 0.4 MB.
+SMALL_MAX_FLOPS = 50e6
+SMALL_MAX_BYTES = 4 * 2**20
 # Per-task full-size budget for inputs + parameters + output. The brief allows ~8 GB of peak
 # memory; intermediates of one forward come on top, so the tensors we can count must leave room.
 FULL_TENSOR_BUDGET_BYTES = 4 * 2**30
@@ -55,16 +59,17 @@ def nbytes(tensors: list[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def run_once(module: ModuleType, seed: int = 0) -> tuple[list[torch.Tensor], Any, float]:
-    """Seed, construct, build inputs, forward; returns inputs, output and wall seconds."""
-    start = time.perf_counter()
+def run_once(module: ModuleType, seed: int = 0) -> tuple[list[torch.Tensor], Any, int, int]:
+    """Seed, construct, build inputs, forward; returns inputs, output, counted FLOPs and the bytes
+    of inputs, parameters and output."""
     torch.manual_seed(seed)
     model = module.Model(*module.get_init_inputs())
     torch.manual_seed(seed + 1)
     inputs = module.get_inputs()
-    with torch.inference_mode():
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
         output = model(*inputs)
-    return inputs, output, time.perf_counter() - start
+    held = [*tensors_of(inputs), *model.parameters(), *model.buffers(), *tensors_of(output)]
+    return inputs, output, counter.get_total_flops(), sum(t.numel() * t.element_size() for t in held)
 
 
 # --- suite-wide conventions --------------------------------------------------------------------
@@ -122,17 +127,17 @@ def test_dtype_coverage(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("task_id", list(BY_ID))
 def test_small_runs_fast_finite_deterministic(task_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
     module = exec_task(BY_ID[task_id], monkeypatch, "small")
-    inputs, output, seconds = run_once(module)
-    assert seconds < SMALL_BUDGET_S, f"small size took {seconds:.2f}s"
+    inputs, output, flops, held = run_once(module)
+    assert flops <= SMALL_MAX_FLOPS and held <= SMALL_MAX_BYTES, f"small size: {flops:.3g} FLOP, {held} bytes"
     assert all(t.device.type == "cpu" for t in inputs)
     outputs = tensors_of(output)
     assert outputs, "forward returned no tensor"
     for out in outputs:
         assert out.is_floating_point() and torch.isfinite(out).all(), "output has NaN/Inf"
 
-    _, again, _ = run_once(module)
+    _, again, *_ = run_once(module)
     assert all(torch.equal(a, b) for a, b in zip(outputs, tensors_of(again), strict=True)), "same seed, different output"
-    _, other_seed, _ = run_once(module, seed=7)
+    _, other_seed, *_ = run_once(module, seed=7)
     assert not all(torch.equal(a, b) for a, b in zip(outputs, tensors_of(other_seed), strict=True)), "output ignores the seed"
 
 
