@@ -8,7 +8,7 @@
 
 The simple way is what KernelBench's scripts do: one candidate at a time, a fresh process each
 (the evaluator's sandbox), compile then evaluate, with an empty build cache every time and no
-deduplication. The pool (kernelwright.evaluate.pool) gets the same candidates at once, with its
+deduplication. The pool (kernelwright.executors.pool) gets the same candidates at once, with its
 own empty build cache. Both use the same evaluator settings. Prints candidates per minute for
 each and the ratio; exits 1 if any verdict differs between the two.
 """
@@ -32,8 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from kernelwright.device import available_cores
 from kernelwright.evaluate.evaluator import EvalConfig, evaluate_direct  # noqa: E402
-from kernelwright.evaluate.pool import EvalPool, PoolConfig, available_cores  # noqa: E402
+from kernelwright.executors.pool import EvalPool, PoolConfig
 from kernelwright.records import Task  # noqa: E402
 from kernelwright.tasks import load_task  # noqa: E402
 

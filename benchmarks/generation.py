@@ -30,8 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from kernelwright.cli.model import load_prompt  # noqa: E402
 from kernelwright.llm import GenerationRequest, make_backend  # noqa: E402
-from kernelwright.llm.cli import load_prompt  # noqa: E402
 
 # A KernelBench-style prompt of typical length (~300 tokens), written for this benchmark.
 PROMPT_SYSTEM = "You are an expert CUDA kernel engineer. You write custom CUDA kernels that replace PyTorch operators."

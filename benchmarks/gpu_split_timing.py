@@ -65,7 +65,7 @@ def _in_process(task: Any, code: str, device: str, iters: int) -> dict[str, floa
     """Events and profiler times of the reference and the candidate, in this process."""
     import torch
 
-    from kernelwright.evaluate.timing import TimingConfig, time_calls
+    from kernelwright.measure.timing import TimingConfig, time_calls
 
     ref, cand = _module(task.source, "xcheck_ref"), _module(code, "xcheck_cand")
     init = ref.get_init_inputs()

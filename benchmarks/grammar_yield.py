@@ -32,8 +32,10 @@ from kernelwright.llm.registry import make_backend  # noqa: E402
 from kernelwright.scaffold import assemble, plan_tasks, precheck_many  # noqa: E402
 from kernelwright.scaffold.gbnf import matches  # noqa: E402
 from kernelwright.scaffold.grammar import region_grammar  # noqa: E402
-from kernelwright.strategies import parse_regime  # noqa: E402
-from kernelwright.strategies import search  # noqa: E402
+from kernelwright.strategies import (
+    parse_regime,  # noqa: E402
+    search,  # noqa: E402
+)
 from kernelwright.strategies.base import RunContext  # noqa: E402
 from kernelwright.tasks import load_tasks  # noqa: E402
 

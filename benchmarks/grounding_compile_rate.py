@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernelwright.evaluate import EvalConfig, evaluate  # noqa: E402
-from kernelwright.evaluate.grounding import RULES, GroundingReport, ground  # noqa: E402
 from kernelwright.extract import extract_code  # noqa: E402
+from kernelwright.grounding.ground import RULES, GroundingReport, ground  # noqa: E402
 from kernelwright.records import EvalResult, Task  # noqa: E402
 
 FIXTURES = Path("/work/shared/fixtures/small-model-answers")
@@ -166,7 +166,7 @@ def render(rows: list[Row], command: str, task: Path, seconds: float) -> str:
     for r in rows:
         errors = len(r.report.errors) if r.report else 0
         out.append(f"| {r.answer.name} | {r.before.label} | {r.after.label} | {_rules(r.report)} | {errors} |")
-    out += ["", "## Rules (kernelwright/evaluate/grounding.py, `RULES`)", "",
+    out += ["", "## Rules (kernelwright/grounding/ground.py, `RULES`)", "",
             "| rule | kind | what it does |", "|---|---|---|"]
     out += [f"| {rule.name} | {rule.kind} | {rule.description} |" for rule in RULES.values()]
     out += ["", "## Per answer", ""]
@@ -191,7 +191,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--out", help="write the markdown table here (e.g. docs/results/grounding.md)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    logging.getLogger("kernelwright.evaluate.grounding").setLevel(logging.WARNING)
+    logging.getLogger("kernelwright.grounding.ground").setLevel(logging.WARNING)
     task_path = Path(args.task).resolve()
     task = Task(id=f"file/{task_path.stem}", name=task_path.stem, path=str(task_path), source=task_path.read_text())
     answers = load_answers(args.answers, not args.no_fixtures)

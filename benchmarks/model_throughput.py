@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelwright.evaluate.evaluator import resolve_size  # noqa: E402
+from kernelwright.device import resolve_size
 from kernelwright.llm import make_backend  # noqa: E402
 from kernelwright.llm.base import GenerationRequest  # noqa: E402
 from kernelwright.scaffold import plan_task  # noqa: E402

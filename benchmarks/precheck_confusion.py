@@ -80,8 +80,8 @@ def _priority(a: RegionAnswer) -> int:
 
 def evaluate_all(items: list[tuple[RegionAnswer, str]], tasks: dict, args: argparse.Namespace,
                  store: dict[str, dict]) -> None:
+    from kernelwright.device import resolve_size
     from kernelwright.evaluate import EvalConfig, evaluate
-    from kernelwright.evaluate.evaluator import resolve_size
 
     size = resolve_size(args.device, args.size)
     extra_env = {"TRITON_INTERPRET": "1"} if args.device == "cpu" else {}
@@ -196,7 +196,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     targets = args.target or ["cpp"]
-    from kernelwright.evaluate.evaluator import resolve_size
+    from kernelwright.device import resolve_size
 
     size = resolve_size(args.device, args.size)
     task_list = load_tasks(args.tasks)

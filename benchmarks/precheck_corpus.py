@@ -8,7 +8,7 @@ the pre-check tests (a few real answers of each kind). Sources:
 * replay transcripts of scaffolded runs (tests/fixtures/transcripts/*_scaffold.jsonl), spliced with
   today's splicer (the task is the one whose kernel the prompt shows);
 * fresh samples of the embedded model (benchmarks/precheck_fresh.py: docs/results/precheck-confusion/fresh.jsonl);
-* the test oracle's correct region per task and target (tests/scaffold/oracle.py), and mutants of
+* the test oracle's correct region per task and target (kernelwright/scaffold/oracle.py), and mutants of
   it: plus one, a dropped term, a wrong constant, an undefined name, the empty region. The H200
   sweep of benchmarks/scaffold_check.py (docs/results/scaffold-gpu.md) gives the evaluator's
   verdicts on the oracle, plus-one and empty regions for CUDA and Triton.
@@ -177,7 +177,7 @@ def sweep_verdicts() -> dict[tuple[str, str, str], str]:
 
 
 def oracle_and_mutants(plans: dict[str, ScaffoldPlan], targets: list[str]) -> list[RegionAnswer]:
-    from tests.scaffold.oracle import Unsupported, region
+    from kernelwright.scaffold.oracle import Unsupported, region
 
     sweep = sweep_verdicts()
     out: list[RegionAnswer] = []

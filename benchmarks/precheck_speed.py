@@ -26,8 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernelwright.scaffold import plan_tasks, precheck_many, write  # noqa: E402
+from kernelwright.scaffold.oracle import region  # noqa: E402
 from kernelwright.tasks import load_tasks  # noqa: E402
-from tests.scaffold.oracle import region  # noqa: E402
 
 TASKS = ["builtin/L2/06_channel_affine_hardswish_residual", "builtin/L2/05_linear_softmax_scale"]
 

@@ -1,7 +1,7 @@
 """Every scaffold of the built-in suite through the real evaluator, in parallel; prints a table.
 
 For each task with a scaffold and each target: the skeleton with a correct region (from the
-test oracle, tests/scaffold/oracle.py) must be `correct` with a custom kernel; with an empty
+test oracle, kernelwright/scaffold/oracle.py) must be `correct` with a custom kernel; with an empty
 region and with a wrong one it must not be. This is the unit test of tests/scaffold run for the
 GPU targets on a GPU (the CPU test covers C++ and Triton-interpreted):
 
@@ -23,12 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelwright.evaluate.evaluator import resolve_size  # noqa: E402
+from kernelwright.device import resolve_size
 from kernelwright.evaluate import EvalConfig, evaluate  # noqa: E402
 from kernelwright.records import Verdict  # noqa: E402
 from kernelwright.scaffold import plan_task, write  # noqa: E402
+from kernelwright.scaffold.oracle import region  # noqa: E402
 from kernelwright.tasks import load_tasks  # noqa: E402
-from tests.scaffold.oracle import region  # noqa: E402
 
 
 def main() -> int:

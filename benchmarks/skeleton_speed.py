@@ -25,11 +25,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kernelwright.device import resolve_size
 from kernelwright.evaluate import EvalConfig, evaluate  # noqa: E402
-from kernelwright.evaluate.evaluator import resolve_size  # noqa: E402
 from kernelwright.scaffold import plan_tasks, write  # noqa: E402
+from kernelwright.scaffold.oracle import region  # noqa: E402
 from kernelwright.tasks import load_tasks  # noqa: E402
-from tests.scaffold.oracle import region  # noqa: E402
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:

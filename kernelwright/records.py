@@ -153,7 +153,7 @@ class Mismatch(BaseModel):
 
 
 class Confinement(BaseModel):
-    """Which OS protections held the candidate's process and its builds (evaluate/confine.py).
+    """Which OS protections held the candidate's process and its builds (confine.py).
     A result is `trusted` only when every required protection was active; `missing` names the
     ones that were not (possible only with EvalConfig.unconfined)."""
 

@@ -16,7 +16,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 KERNELWRI
 } 2>&1 | tee "$OUT/env.txt"
 python3 -m pytest tests/evaluate/test_evaluator_gpu.py -v --timeout 900 -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log"
 for c in cuda triton; do
-  python3 -m kernelwright.cli eval --device cuda --task builtin/L2/01_linear_gelu_scale \
+  python3 -m kernelwright.cli.main eval --device cuda --task builtin/L2/01_linear_gelu_scale \
     --candidate examples/candidates/linear_gelu_scale_$c.py --json > "$OUT/example_$c.json" 2>&1
   python3 - "$OUT/example_$c.json" <<'PY'
 import json, sys

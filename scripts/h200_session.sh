@@ -29,7 +29,7 @@ search)  # issue #17: zero_shot+scaffold vs search, CUDA and Triton on the GPU, 
   export PYTHONPATH=/tmp/site:/tmp/kwb
   for t in cuda triton ${2:-}; do
     dev=cuda; [ $t = cpp ] && dev=cpu
-    setsid nohup python3 -m kernelwright.cli study run -m "hf:qwen2.5-coder-1.5b?batch_size=64" \
+    setsid nohup python3 -m kernelwright.cli.main study run -m "hf:qwen2.5-coder-1.5b?batch_size=64" \
       -r zero_shot+scaffold,search -t builtin --target $t --device $dev \
       --max-tokens 768 --iters 50 --jobs 34 --out /tmp/st/$t > /tmp/kwout/study-$t.log 2>&1 < /dev/null &
   done
@@ -41,12 +41,12 @@ start)
   cd /tmp/kwb
   export PYTHONPATH=/tmp/site:/tmp/kwb
   for t in cuda triton; do
-    setsid nohup python3 -m kernelwright.cli study run -m "hf:qwen2.5-coder-1.5b?batch_size=40" \
+    setsid nohup python3 -m kernelwright.cli.main study run -m "hf:qwen2.5-coder-1.5b?batch_size=40" \
       -r zero_shot+no_scaffold,zero_shot+scaffold -t builtin --target $t --device cuda \
       --max-tokens 768 --iters 50 --jobs 34 --out /tmp/st/$t > /tmp/kwout/study-$t.log 2>&1 < /dev/null &
   done
   cp examples/gemm_bias_gelu.py /tmp/kwout/
-  setsid nohup bash -c "time python3 -m kernelwright.cli optimize /tmp/kwout/gemm_bias_gelu.py \
+  setsid nohup bash -c "time python3 -m kernelwright.cli.main optimize /tmp/kwout/gemm_bias_gelu.py \
       --model qwen2.5-coder-1.5b --device cuda --target cuda --budget-minutes 6" \
       > /tmp/kwout/optimize.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;

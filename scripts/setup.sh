@@ -39,7 +39,7 @@ if [ "$what" = "test" ] && ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 if ! command -v bwrap >/dev/null 2>&1; then
-  # The evaluator confines candidates with bubblewrap where it works (evaluate/confine.py; util-linux
+  # The evaluator confines candidates with bubblewrap where it works (confine.py; util-linux
   # `unshare` is the fallback). A no-op when present.
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo -n"
   if ! (export DEBIAN_FRONTEND=noninteractive; $sudo apt-get update -qq && \

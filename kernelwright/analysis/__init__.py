@@ -14,13 +14,13 @@ Importing this package imports torch but never initialises CUDA.
 
 from __future__ import annotations
 
-from .graph import build_graph
-from .profile import profile_reference
-from .report import TaskAnalysis
-from .roofline import DEVICES, device_peaks, roofline
-from .runner import AnalysisError, analyze
-from .structure import classify, epilogue_chains
-from .types import (
+from kernelwright.analysis.graph import build_graph
+from kernelwright.analysis.profile import profile_reference
+from kernelwright.analysis.report import TaskAnalysis
+from kernelwright.analysis.roofline import DEVICES, device_peaks, roofline
+from kernelwright.analysis.runner import AnalysisError, analyze
+from kernelwright.analysis.structure import classify, epilogue_chains
+from kernelwright.analysis.types import (
                     ChainInput,
                     Classification,
                     DevicePeaks,

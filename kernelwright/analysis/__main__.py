@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from kernelwright.childproc import child_main
+from kernelwright.child import child_main
 
 
 def handle(text: str) -> dict:

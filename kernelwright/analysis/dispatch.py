@@ -25,9 +25,9 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from . import ops
-from .tensors import decide_role, input_source, jsonable, meta_of, tensors_in, walk
-from .types import GraphTensor, OpGraph, OpInput, OpNode, Role, Source
+from kernelwright.analysis import ops
+from kernelwright.analysis.tensors import decide_role, input_source, jsonable, meta_of, tensors_in, walk
+from kernelwright.analysis.types import GraphTensor, OpGraph, OpInput, OpNode, Role, Source
 
 log = logging.getLogger(__name__)
 

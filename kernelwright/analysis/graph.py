@@ -27,10 +27,10 @@ from torch.fx.node import _get_qualified_name
 from torch.fx.passes.shape_prop import ShapeProp
 from torch.utils.flop_counter import FlopCounterMode
 
-from . import ops
-from .structure import classify, epilogue_chains
-from .tensors import decide_role, input_source, jsonable, meta_of, tensors_in
-from .types import GraphTensor, OpGraph, OpInput, OpNode, Role, Source, TensorMeta
+from kernelwright.analysis import ops
+from kernelwright.analysis.structure import classify, epilogue_chains
+from kernelwright.analysis.tensors import decide_role, input_source, jsonable, meta_of, tensors_in
+from kernelwright.analysis.types import GraphTensor, OpGraph, OpInput, OpNode, Role, Source, TensorMeta
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def build_graph(model: nn.Module, inputs: Sequence[Any], *, allow_fallback: bool
             raise
         reason = f"fx could not trace forward: {type(e).__name__}: {_first_line(e)}"
         log.info("%s; recording ATen ops instead", reason)
-        from .dispatch import (
+        from kernelwright.analysis.dispatch import (
             record_dispatch,  # late: dispatch imports helpers that import us
         )
 

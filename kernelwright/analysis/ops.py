@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from .types import OpKind
+from kernelwright.analysis.types import OpKind
 
 # Spelling variants -> canonical name. ATen-internal names map to the user-facing op they implement.
 ALIASES: dict[str, str] = {

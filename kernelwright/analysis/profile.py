@@ -7,7 +7,7 @@ medians over the profiled calls, so one call the OS descheduled does not dominat
 
 Three forward times are reported, because they answer different questions:
 
-* ``forward_ms`` - the evaluator's protocol (``evaluate.timing.time_calls``: synchronise, cache
+* ``forward_ms`` - the evaluator's protocol (``measure.timing.time_calls``: synchronise, cache
   flush, median over calls), no profiler. Speedups are measured against this.
 * ``window_ms`` - one forward's wall time *inside* the profiled run: each call sits in a
   ``record_function`` range, minus what an empty range costs (calibrated in the same session).
@@ -39,11 +39,10 @@ from torch import nn
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, record_function
 
-from kernelwright.evaluate.device_lock import DeviceLock
-from kernelwright.evaluate.timing import MIN_GPU_FLUSH_BYTES, TimingConfig, time_calls
-
-from .ops import canonical
-from .types import OpTime, ProfileReport
+from kernelwright.analysis.ops import canonical
+from kernelwright.analysis.types import OpTime, ProfileReport
+from kernelwright.device import DeviceLock
+from kernelwright.measure.timing import MIN_GPU_FLUSH_BYTES, TimingConfig, time_calls
 
 MARK = "kernelwright::forward"
 IDLE = "kernelwright::idle"

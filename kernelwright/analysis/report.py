@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, Field
 
-from .types import (
+from kernelwright.analysis.types import (
     SCHEMA_VERSION,
     Classification,
     EpilogueChain,

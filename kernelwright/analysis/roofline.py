@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from kernelwright.evaluate.device_lock import DeviceLock
 from torch import nn
 
-from . import ops
-from .types import DevicePeaks, OpGraph, OpKind, Role, Roofline
+from kernelwright.analysis import ops
+from kernelwright.analysis.types import DevicePeaks, OpGraph, OpKind, Role, Roofline
+from kernelwright.device import DeviceLock
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def roofline(subject: OpGraph | nn.Module, device_info: str | DevicePeaks = "h20
     if isinstance(subject, nn.Module):
         if inputs is None:
             raise ValueError("roofline(model, ...) needs inputs=")
-        from .graph import build_graph
+        from kernelwright.analysis.graph import build_graph
 
         subject = build_graph(subject, inputs)
     graph = subject

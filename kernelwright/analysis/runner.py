@@ -17,12 +17,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from kernelwright.childproc import ChildTimeout, one_line, run_json_child
-from kernelwright.evaluate.draw import draw_inputs, seed_all
-from kernelwright.evaluate.evaluator import resolve_size
+from kernelwright.analysis.report import TaskAnalysis
+from kernelwright.child import ChildTimeout, one_line, run_json_child
+from kernelwright.device import resolve_size
+from kernelwright.measure.draw import draw_inputs, seed_all
 from kernelwright.records import Task
-
-from .report import TaskAnalysis
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +90,10 @@ def analyze_job(job: AnalysisJob) -> TaskAnalysis:
     """Run every analysis on ``job`` in this process (the child's side of ``analyze``)."""
     import torch
 
-    from .graph import build_graph, classify, epilogue_chains
-    from .profile import profile_reference
-    from .report import summarize
-    from .roofline import device_peaks, roofline
+    from kernelwright.analysis.graph import build_graph, classify, epilogue_chains
+    from kernelwright.analysis.profile import profile_reference
+    from kernelwright.analysis.report import summarize
+    from kernelwright.analysis.roofline import device_peaks, roofline
 
     start = time.monotonic()
     dev = torch.device(job.device)

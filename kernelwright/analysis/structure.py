@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .ops import FUSIBLE_KINDS
-from .types import (
+from kernelwright.analysis.ops import FUSIBLE_KINDS
+from kernelwright.analysis.types import (
     ChainInput,
     Classification,
     EpilogueChain,

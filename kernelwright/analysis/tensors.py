@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from . import ops
-from .types import OpInput, OpKind, Role, Source, TensorMeta
+from kernelwright.analysis import ops
+from kernelwright.analysis.types import OpInput, OpKind, Role, Source, TensorMeta
 
 
 def dtype_name(dtype: torch.dtype) -> str:

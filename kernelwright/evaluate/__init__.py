@@ -12,9 +12,9 @@ from typing import Any
 _EXPORTS = {
     "DEFAULT_TIMEOUT_S": "kernelwright.evaluate.evaluator",
     "EvalConfig": "kernelwright.evaluate.evaluator",
-    "EvaluatorError": "kernelwright.evaluate.evaluator",
-    "GPUUnavailableError": "kernelwright.evaluate.evaluator",
-    "InfrastructureError": "kernelwright.evaluate.evaluator",
+    "EvaluatorError": "kernelwright.errors",
+    "GPUUnavailableError": "kernelwright.errors",
+    "InfrastructureError": "kernelwright.errors",
     "evaluate": "kernelwright.evaluate.evaluator",
 }
 __all__ = list(_EXPORTS)

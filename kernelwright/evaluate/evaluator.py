@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from kernelwright import pyast
-from kernelwright.evaluate import buildcache, buildspec, confine, device_lock, sandbox
+from kernelwright import confine, pyast
+from kernelwright import device as device_lock
+from kernelwright.device import cuda_arch, resolve_size, validate_device
+from kernelwright.errors import ConfinementError, EvaluatorError, GPUUnavailableError, InfrastructureError
+from kernelwright.evaluate import buildcache, buildspec, sandbox
 from kernelwright.evaluate.static_checks import check_source
 from kernelwright.extract import extract_code
 from kernelwright.records import EvalResult, Finding, Stage, Task, Verdict, sha256_text
@@ -32,28 +35,6 @@ log = logging.getLogger(__name__)
 SandboxRun = Callable[..., sandbox.SandboxOutcome]
 
 DEFAULT_TIMEOUT_S = 240.0
-
-
-class EvaluatorError(Exception):
-    """Bad input to the evaluator itself (never raised for anything a candidate holds)."""
-
-
-class InfrastructureError(EvaluatorError):
-    """The machine could not run the evaluation (e.g. the build cache's disk is full): not the
-    candidate's outcome, so no verdict; every later evaluation would fail the same way."""
-
-
-class ConfinementError(EvaluatorError):
-    """A required OS protection is missing here (EvalConfig.unconfined runs anyway, untrusted)."""
-
-
-class GPUUnavailableError(EvaluatorError):
-    """A GPU stopped answering after a candidate timed out or crashed on it."""
-
-    def __init__(self, device: str, result: Optional[EvalResult] = None):
-        super().__init__(f"GPU {device} no longer answers after the last candidate; stopping "
-                         "(check nvidia-smi; the machine may need a reset by its owner)")
-        self.device, self.result = device, result
 
 
 COMPAT_MODES = ("kernelwright", "kernelbench")
@@ -82,7 +63,7 @@ class EvalConfig:
     cache_dir: Optional[str] = None
     keep_workdir: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)  # added after the allowlist: trusted input
-    # Run even where a required OS protection is missing (evaluate/confine.py); such results say
+    # Run even where a required OS protection is missing (confine.py); such results say
     # `confinement.trusted = false`. Never for results anyone relies on.
     unconfined: bool = False
     # "kernelbench": KernelBench's own definitions, to compare a re-score line by line: the candidate
@@ -131,25 +112,6 @@ def cache_root(cfg: EvalConfig) -> Path:
 _suspect_gpus: set[str] = set()
 
 
-def validate_device(device: str, compile_only: bool = False) -> str:
-    d = device.strip().lower()
-    if d == "cpu":
-        return d
-    if d == "cuda" or (d.startswith("cuda:") and d[5:].isdigit()):
-        if compile_only:
-            return d
-        import torch
-
-        if not torch.cuda.is_available():
-            raise EvaluatorError(f"device {device!r}: no CUDA GPU is visible here (use --device cpu; "
-                                 "`kernelwright eval --compile-only` builds CUDA sources without a GPU)")
-        index = int(d[5:]) if ":" in d else torch.cuda.current_device()
-        if index >= torch.cuda.device_count():
-            raise EvaluatorError(f"device {device!r}: only {torch.cuda.device_count()} GPU(s) visible")
-        return f"cuda:{index}"
-    raise EvaluatorError(f"unknown device {device!r}: use cpu, cuda or cuda:N")
-
-
 def _early(verdict: Verdict, error: Optional[str], task: Task, code_hash: Optional[str], cfg: EvalConfig,
            findings: Optional[list[Finding]] = None) -> EvalResult:
     return EvalResult(verdict=verdict, error=error, task_id=task.id, candidate_hash=code_hash,
@@ -187,7 +149,7 @@ def precheck(task: Task, candidate_text: str, cfg: EvalConfig) -> EvalResult | P
     return Prepared(code=code, code_hash=code_hash, findings=findings)
 
 
-# An executor (kernelwright.evaluate.executors) that evaluate() hands every candidate to, when one
+# An executor (kernelwright.executors.base) that evaluate() hands every candidate to, when one
 # is installed. Process-wide on purpose: the strategies evaluate from their own worker threads,
 # which a context variable would not reach.
 _executor: Optional[Any] = None
@@ -258,17 +220,6 @@ def check_gpu_after(result: EvalResult, cfg: EvalConfig) -> EvalResult:
         if not result.gpu_healthy:
             raise GPUUnavailableError(cfg.device, result)
     return result
-
-
-def resolve_size(device: str, size: str = "auto") -> str:
-    """The problem size a task runs at (its KERNELWRIGHT_SIZE): `auto` is full size on a GPU and
-    small on the CPU. The one place for this rule: the evaluator, analysis, scaffold planning and
-    optimize's baselines must agree, or they measure different problems."""
-    if size in ("small", "full"):
-        return size
-    if size != "auto":
-        raise ValueError(f"size must be small, full or auto, not {size!r}")
-    return "small" if device == "cpu" else "full"
 
 
 # What a worker may inherit from the caller's environment: what Python, torch, the compilers and
@@ -456,19 +407,6 @@ def shared_builds(code: str, cfg: EvalConfig, job: dict[str, Any], run: SandboxR
 
 
 _arch_cache: dict[str, str] = {}
-
-
-def cuda_arch(device: str) -> str:
-    """The capability of `device` as the worker writes it ("9.0" on an H200), asked of a child
-    process so this one never creates a CUDA context."""
-    import subprocess
-
-    index = int(device.split(":")[1]) if ":" in device else 0
-    code = f"import torch; print('%d.%d' % torch.cuda.get_device_capability({index}))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    if out.returncode != 0:
-        raise GPUUnavailableError(device)
-    return out.stdout.strip().splitlines()[-1]
 
 
 def _gpu_arch(device: str) -> str:

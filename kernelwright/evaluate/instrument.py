@@ -234,8 +234,8 @@ def count_new_op_calls(new_ops: set[str], fn: Callable[[], Any]) -> dict[str, in
 def _guarded() -> list[tuple[str, Any, str]]:
     import time as time_mod
 
-    import kernelwright.evaluate.compare as compare_mod
-    import kernelwright.evaluate.timing as timing_mod
+    import kernelwright.measure.compare as compare_mod
+    import kernelwright.measure.timing as timing_mod
 
     items: list[tuple[str, Any, str]] = [
         ("time", time_mod, "perf_counter"), ("time", time_mod, "time"), ("time", time_mod, "monotonic"),

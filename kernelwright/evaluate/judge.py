@@ -124,7 +124,9 @@ class Judge:
         with self.stage("setup"):
             import torch
 
-            from kernelwright.evaluate import compare, device_lock, draw, timing, work
+            from kernelwright import device as device_lock
+            from kernelwright.evaluate import work
+            from kernelwright.measure import compare, draw, timing
 
             self.torch, self.compare, self.timing, self.work, self.draw = torch, compare, timing, work, draw
             self.device_lock = device_lock
@@ -402,8 +404,10 @@ def main() -> None:
     cand = RemoteRunner(*start(), "the candidate's process")
     # a sandbox started for timed jobs (sandbox.Confine.timed): the reference's runner too
     ref = RemoteRunner(*start(), "the reference's runner") if "--timed" in sys.argv[2:] else None
+    from kernelwright import device  # noqa: F401
     from kernelwright.analysis import roofline  # noqa: F401
-    from kernelwright.evaluate import compare, device_lock, draw, timing, work  # noqa: F401
+    from kernelwright.evaluate import work  # noqa: F401
+    from kernelwright.measure import compare, draw, timing  # noqa: F401
 
     job = json.loads(sys.stdin.read())
     sys.stdin.close()

@@ -129,8 +129,9 @@ class Runner:
         return Reply(ok=True, builds=counter.builds, versions=versions)
 
     def do_init(self, req: Any, fds: list[int]) -> Any:
-        from kernelwright.evaluate import candidate_load, draw
+        from kernelwright.evaluate import candidate_load
         from kernelwright.evaluate.link import Reply
+        from kernelwright.measure import draw
 
         name = "Model" if self.role == "reference" else "ModelNew"
         cls = getattr(self.module, name, None)
@@ -201,9 +202,10 @@ class Runner:
     # -- calls --------------------------------------------------------------------------------
 
     def do_call(self, req: Any, fds: list[int]) -> Any:
-        from kernelwright.evaluate import candidate_load, compare, instrument, work
-        from kernelwright.evaluate.compare import flatten
+        from kernelwright.evaluate import candidate_load, instrument, work
         from kernelwright.evaluate.link import Reply
+        from kernelwright.measure import compare
+        from kernelwright.measure.compare import flatten
 
         torch = self.torch
         model = self.models[req.model]
@@ -318,7 +320,8 @@ def fork() -> tuple["Forked", socket.socket]:
     import. The child keeps stdout, stderr and its end of a fresh socket pair; every other
     descriptor, the result pipe first, is closed, and stdin is /dev/null. Returns the child and the
     caller's end."""
-    from kernelwright.evaluate import arena, candidate_load, compare, draw, instrument, link, work  # noqa: F401
+    from kernelwright.evaluate import arena, candidate_load, instrument, link, work  # noqa: F401
+    from kernelwright.measure import compare, draw  # noqa: F401
 
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     sys.stdout.flush()  # nothing buffered here may be written twice
@@ -385,7 +388,8 @@ def main() -> None:
     # before the first request: a runner started ahead of its job imports all this meanwhile
     import torch  # noqa: F401
 
-    from kernelwright.evaluate import arena, candidate_load, compare, draw, instrument, link, work  # noqa: F401
+    from kernelwright.evaluate import arena, candidate_load, instrument, link, work  # noqa: F401
+    from kernelwright.measure import compare, draw  # noqa: F401
 
     _serve(socket.socket(fileno=fd))
 

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from kernelwright.evaluate import confine
+from kernelwright import confine
 from kernelwright.records import Confinement
 
 log = logging.getLogger(__name__)

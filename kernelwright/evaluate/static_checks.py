@@ -20,10 +20,31 @@ from dataclasses import dataclass
 from typing import Optional
 
 from kernelwright import pyast
-from kernelwright.evaluate._ast_utils import (
-    BUILD_CALLS, FUNC_TYPES, TRITON_JIT, Context, base_names, empty_alloc, failure_path, filled_names, heavy_call,
-    import_hits, local_names, matches, module_fallback, module_statements, patched_target, patching_call,
-    reference_use, reraises, state_write, store_targets, string_hits, strip_views, write_call, write_target,
+from kernelwright.astutil import (
+    BUILD_CALLS,
+    FUNC_TYPES,
+    TRITON_JIT,
+    Context,
+    base_names,
+    empty_alloc,
+    failure_path,
+    filled_names,
+    heavy_call,
+    import_hits,
+    local_names,
+    matches,
+    module_fallback,
+    module_statements,
+    patched_target,
+    patching_call,
+    reference_use,
+    reraises,
+    state_write,
+    store_targets,
+    string_hits,
+    strip_views,
+    write_call,
+    write_target,
 )
 from kernelwright.records import Finding
 

@@ -64,7 +64,7 @@ def build_reference(source: str, seed: int, device: Any) -> tuple[types.ModuleTy
     `Model` on `device`, each drawn and built under `seed` as the candidate's will be."""
     import copy
 
-    from kernelwright.evaluate.draw import seed_all
+    from kernelwright.measure.draw import seed_all
 
     module, filename = load_reference(source)
     seed_all(seed)

@@ -1,11 +1,11 @@
 """`kernelwright optimize FILE`: the fastest verified rewrite of one module within a budget.
 
 inputs.py (what the user gave, checked before any generation) -> runner.py (profile, baselines,
-rounds of a regime under budget.py's clock) -> report.py (the output folder). probe.py is the
-child process that runs the user's code for the checks and the eager/torch.compile baselines;
-display.py the live progress; cli.py the typer command.
+rounds of a regime under budget.py's clock) -> report/optimize_report.py (the output folder).
+probe.py is the child process that runs the user's code for the checks and the eager/torch.compile
+baselines; cli/display.py the live progress; cli/optimize.py the typer command.
 """
 
-from kernelwright.optimize.records import Options, Outcome
+from kernelwright.optimize.types import Options, Outcome
 
 __all__ = ["Options", "Outcome"]

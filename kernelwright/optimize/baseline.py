@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernelwright.childproc import ChildTimeout, run_json_child
-from kernelwright.evaluate.evaluator import resolve_size
+from kernelwright.child import ChildTimeout, run_json_child
+from kernelwright.device import resolve_size
 from kernelwright.optimize.probe import ProbeJob
-from kernelwright.optimize.records import Baseline
+from kernelwright.optimize.types import Baseline
 from kernelwright.records import Task, TimingStats
 
 

@@ -21,8 +21,8 @@ from typing import Any, Optional
 from pydantic import BaseModel
 
 from kernelwright import pyast
-from kernelwright.childproc import ChildTimeout, run_json_child
-from kernelwright.evaluate.evaluator import resolve_size
+from kernelwright.child import ChildTimeout, run_json_child
+from kernelwright.device import resolve_size
 from kernelwright.records import Task
 
 CHECK_TIMEOUT_S = 180.0
@@ -113,8 +113,8 @@ def load_input(spec: str, inputs_fn: Optional[str] = None, init_fn: Optional[str
 
 def resolve_device(device: Optional[str]) -> str:
     """The device asked for, or the best one here (a CUDA GPU if one answers, else the CPU)."""
+    from kernelwright.device import validate_device
     from kernelwright.evaluate import EvaluatorError
-    from kernelwright.evaluate.evaluator import validate_device
 
     if device is None:
         import torch

@@ -2,13 +2,13 @@
 
 The parent (a long-lived CLI process that also drives the model) never imports the user's file:
 a module that crashes, hangs or initialises CUDA at import must not take the run down with it.
-So both jobs run here, in a fresh interpreter (kernelwright.childproc), and answer one JSON line.
+So both jobs run here, in a fresh interpreter (kernelwright.child), and answer one JSON line.
 
 * ``check``: import the file, find Model / get_inputs / get_init_inputs, build the model on the
   device, make inputs, run forward once. The first failure is the answer: ``{"ok": false,
   "stage": ..., "error": one line}``.
 * ``baseline``: time eager and ``torch.compile`` with the evaluator's own protocol
-  (kernelwright.evaluate.timing, same seeds, same input sets), in one process so their ratio is a
+  (kernelwright.measure.timing, same seeds, same input sets), in one process so their ratio is a
   paired measurement. torch.compile failing is an answer too, not an error: the report says so.
 """
 
@@ -24,8 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from kernelwright.childproc import child_main, one_line
-from kernelwright.evaluate.draw import draw_inputs, seed_all
+from kernelwright.child import child_main, one_line
+from kernelwright.measure.draw import draw_inputs, seed_all
 
 
 class ProbeJob(BaseModel):
@@ -114,7 +114,7 @@ def _check(job: ProbeJob) -> dict[str, Any]:
 def _baseline(job: ProbeJob) -> dict[str, Any]:
     import torch
 
-    from kernelwright.evaluate import timing
+    from kernelwright.measure import timing
 
     torch.backends.cuda.matmul.allow_tf32 = False  # as the evaluator: fp32 means fp32
     torch.backends.cudnn.allow_tf32 = False

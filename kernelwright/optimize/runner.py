@@ -16,17 +16,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from kernelwright.errors import EXIT_BAD_INPUT, EXIT_FASTER, EXIT_GPU_GONE, EXIT_INTERRUPTED, EXIT_NOT_FASTER
 from kernelwright.evaluate import EvaluatorError, GPUUnavailableError
 from kernelwright.llm.base import Backend, BackendError, first_line
 from kernelwright.optimize import baseline as baseline_mod
 from kernelwright.optimize.budget import Budget, BudgetedBackend, BudgetSpent
 from kernelwright.optimize.inputs import InputError, eval_config
-from kernelwright.optimize.records import (EXIT_BAD_INPUT, EXIT_FASTER, EXIT_GPU_GONE, EXIT_INTERRUPTED,
-                                           EXIT_NOT_FASTER, Baseline, Options, Outcome)
+from kernelwright.optimize.types import Baseline, Options, Outcome
+from kernelwright.prompts.facts import PromptFacts
 from kernelwright.records import Attempt, Task
 from kernelwright.strategies import parse_regime, run_regime, selection
 from kernelwright.strategies.base import ProgressFn
-from kernelwright.strategies.facts import PromptFacts
 
 LATER_ROUND_TEMPERATURE = 0.7
 MIN_BASELINE_S = 30.0
@@ -46,7 +46,6 @@ def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget:
              outputs: Optional[list[str]] = None, progress: ProgressFn = lambda e: None,
              facts_path: Optional[Path] = None) -> tuple[Outcome, list[Attempt]]:
     from kernelwright.analysis import AnalysisError, analyze
-    from kernelwright.optimize import report
 
     for name in OUTPUT_FILES:  # a kept candidate from an earlier run must not pass for this run's
         (out_dir / name).unlink(missing_ok=True)
@@ -116,10 +115,8 @@ def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget:
         outcome.stopped, outcome.exit_code = "interrupted", EXIT_INTERRUPTED
 
     _settle(outcome, attempts, analysis)
-    progress({"event": "step", "step": "writing the report"})
     outcome.wall_s = round(budget.elapsed(), 1)
-    report.write(out_dir, task, outcome, attempts)
-    return outcome, attempts
+    return outcome, attempts  # the caller writes the report (report.optimize_report.write)
 
 def _settle(outcome: Outcome, attempts: list[Attempt], analysis) -> None:
     """The pick, its numbers, and the exit code (unless an error already decided it)."""

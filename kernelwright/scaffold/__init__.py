@@ -21,15 +21,24 @@ from __future__ import annotations
 import hashlib
 import threading
 
-from kernelwright.childproc import ChildTimeout, run_json_child
+from kernelwright.child import ChildTimeout, run_json_child
 from kernelwright.records import Task
-
-from .planner_job import PlanBatch, PlanJob
-from .precheck import Counterexample, PrecheckResult, PrecheckStatus, precheck, precheck_many
-from .grammar import region_grammar
-from .skeleton import write
-from .splice import assemble
-from .types import BEGIN, END, Assembly, KernelArg, Probes, Scaffold, ScaffoldPlan, Segment, SegmentKind
+from kernelwright.scaffold.grammar import region_grammar
+from kernelwright.scaffold.planner_job import PlanBatch, PlanJob
+from kernelwright.scaffold.precheck import Counterexample, PrecheckResult, PrecheckStatus, precheck, precheck_many
+from kernelwright.scaffold.skeleton import write
+from kernelwright.scaffold.splice import assemble
+from kernelwright.scaffold.types import (
+    BEGIN,
+    END,
+    Assembly,
+    KernelArg,
+    Probes,
+    Scaffold,
+    ScaffoldPlan,
+    Segment,
+    SegmentKind,
+)
 
 __all__ = ["BEGIN", "END", "Assembly", "Counterexample", "KernelArg", "PrecheckResult", "PrecheckStatus", "Probes",
            "Scaffold", "ScaffoldError", "ScaffoldPlan", "Segment", "SegmentKind", "assemble", "build", "plan_task",

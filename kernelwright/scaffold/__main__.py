@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from kernelwright.childproc import child_main, one_line
+from kernelwright.child import child_main, one_line
 
 
 def handle(text: str) -> dict:
@@ -30,7 +30,7 @@ def plan_one(job) -> dict:
 
     import torch
 
-    from kernelwright.evaluate.draw import draw_inputs, seed_all
+    from kernelwright.measure.draw import draw_inputs, seed_all
     from kernelwright.scaffold.plan import plan
 
     module = types.ModuleType("kernelwright_scaffold_task")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .types import Scaffold, SegmentKind
+from kernelwright.scaffold.types import Scaffold, SegmentKind
 
 MAX_LOCALS = 6  # declared locals in scope at once; the suite's oracle regions use at most 3
 

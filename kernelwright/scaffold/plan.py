@@ -34,10 +34,9 @@ from torch import fx, nn
 from kernelwright.analysis import ops
 from kernelwright.analysis.graph import trace_fx
 from kernelwright.analysis.types import OpGraph, OpKind, OpNode, Role
-
-from .probes import constants, probe
-from .semantics import notes_for
-from .types import KernelArg, Probes, ScaffoldPlan, Segment, SegmentKind
+from kernelwright.scaffold.probes import constants, probe
+from kernelwright.scaffold.semantics import notes_for
+from kernelwright.scaffold.types import KernelArg, Probes, ScaffoldPlan, Segment, SegmentKind
 
 log = logging.getLogger(__name__)
 

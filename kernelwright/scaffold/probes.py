@@ -33,8 +33,7 @@ import torch
 from torch import fx
 
 from kernelwright.analysis import ops
-
-from .types import Probes, Segment, SegmentKind
+from kernelwright.scaffold.types import Probes, Segment, SegmentKind
 
 ELEMENTS = 512
 ROWS = 6

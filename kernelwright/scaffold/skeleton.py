@@ -22,7 +22,7 @@ import hashlib
 import re
 from typing import Optional
 
-from .types import BEGIN, END, KernelArg, Scaffold, ScaffoldPlan, Segment, SegmentKind
+from kernelwright.scaffold.types import BEGIN, END, KernelArg, Scaffold, ScaffoldPlan, Segment, SegmentKind
 
 PLACEHOLDER = "@@KW_REGION@@"
 C_TYPES = {"float32": "float", "float16": "at::Half", "bfloat16": "at::BFloat16"}

@@ -12,8 +12,7 @@ import re
 import textwrap
 
 from kernelwright.extract import fenced_blocks
-
-from .types import BEGIN, END, Assembly, Scaffold, SegmentKind
+from kernelwright.scaffold.types import BEGIN, END, Assembly, Scaffold, SegmentKind
 
 C_DECL_Y = re.compile(r"^(\s*)(?:const\s+)?(?:float|double|auto|half|__half)\s+y\s*=")
 C_RETURN = re.compile(r"^(\s*)return\s+(.+?);\s*$")

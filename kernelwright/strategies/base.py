@@ -17,16 +17,16 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from kernelwright import prompts
+from kernelwright.device import resolve_size
 from kernelwright.evaluate import EvalConfig, evaluate
-from kernelwright.evaluate.evaluator import resolve_size
 from kernelwright.extract import extract_code
 from kernelwright.llm.base import Backend, ChatMessage, Completion, GenerationRequest
 from kernelwright.records import Attempt, EvalResult, Stage, Task, Usage, Verdict, sha256_text
 from kernelwright.strategies.config import RegimeConfig
 
 if TYPE_CHECKING:
+    from kernelwright.prompts.facts import PromptFacts
     from kernelwright.scaffold import Scaffold
-    from kernelwright.strategies.facts import PromptFacts
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class RunContext:
 
     def analysis(self) -> "PromptFacts":
         if self._analysis is None:
-            from kernelwright.strategies.facts import PromptFacts, analyze_for_prompts
+            from kernelwright.prompts.facts import PromptFacts, analyze_for_prompts
 
             provider = self.analysis_provider or (lambda t: analyze_for_prompts(t, self.eval_config.device))
             got = provider(self.task)
@@ -175,7 +175,7 @@ class RunContext:
                 extra["scaffold"] = {"available": False, "reason": self.notes.get("scaffold", {}).get("reason", "")}
         if code is None or self.config.has("no_grounding"):
             return code, None, extra
-        from kernelwright.evaluate.grounding import ground
+        from kernelwright.grounding.ground import ground
 
         return code, ground(code, self.target), extra
 

@@ -162,7 +162,7 @@ def _precheck(ctx: RunContext, samples: list[Sample]) -> None:
     sc = ctx.scaffold()
     if sc is None or ctx.config.has("no_precheck"):
         return
-    from kernelwright.evaluate.evaluator import resolve_size
+    from kernelwright.device import resolve_size
     from kernelwright.scaffold import plan_task
     from kernelwright.scaffold.precheck import precheck_many
 

@@ -6,7 +6,6 @@ generations, and turn the logs into a report and training data.
     log.py       append-only JSONL (flushed and fsync'd per record), reading with resume rules
     runner.py    plan cells, skip finished ones, run the rest over the listed devices
     importer.py  KernelBench runs folders and reference-study JSON -> our cells, re-evaluated
-    report.py    REPORT.md, report.html and figures, a pure function of the logs
-    export.py    SFT pairs, preference pairs and reflection triples
-    cli.py       `kernelwright study run|import|report|export`
+Its report (REPORT.md, report.html, figures, a pure function of the logs) and export (SFT,
+preference and reflection data) are in report/; the command is cli/study.py.
 """

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernelwright.device import device_kind
 from kernelwright.records import Attempt, Cell, Task, Verdict, sha256_text
 from kernelwright.study.log import sole_writer
 from kernelwright.study.runner import (
@@ -41,7 +42,7 @@ from kernelwright.study.runner import (
     is_done,
     run_jobs,
 )
-from kernelwright.study.spec import EvalSettings, device_kind
+from kernelwright.study.spec import EvalSettings
 from kernelwright.study.tasks import TaskFailure, resolve_tasks, task_number
 
 
@@ -229,7 +230,7 @@ def import_study(inputs: Sequence[Path], task_specs: list[str], out: Path, *, la
                  settings: EvalSettings | None = None, devices: Sequence[str] = ("cpu",),
                  cache_dir: str | None = None, jobs: int = 0, retry_failed: bool = False,
                  on_event: EventFn = lambda e: None, on_plan=lambda s: None) -> RunSummary:
-    from kernelwright.evaluate.evaluator import validate_device
+    from kernelwright.device import validate_device
     from kernelwright.study.log import read_cells
     from kernelwright.study.manifest import record_invocation
 

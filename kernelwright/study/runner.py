@@ -5,7 +5,7 @@ Spreading the work (kept simple on purpose):
 - a cell is assigned the least loaded device (DeviceSlots); nothing holds a device for a whole
   cell: the evaluation pool builds many cells' candidates at once on the cores and runs one
   evaluation per device at a time, and whatever would skew a timing on a device (a timing, a
-  profile, the model generating) holds that device's lock itself (evaluate/device_lock.py), in
+  profile, the model generating) holds that device's lock itself (device.py), in
   this process and across processes;
 - one model in this process: the requests of cells waiting at the same time are generated in
   one batched call (llm/coalesce.py), so `--jobs 32` on a GPU decodes 32 answers per step;
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelwright.device import DeviceLock
 from kernelwright.evaluate import GPUUnavailableError
-from kernelwright.evaluate.device_lock import DeviceLock
 from kernelwright.llm.base import Backend, ServerUnreachable
 from kernelwright.llm.coalesce import CoalescingBackend
 from kernelwright.records import Attempt, Cell, Task, Verdict
@@ -101,7 +101,7 @@ def is_done(job: CellJob, done: dict[str, StudyCell], retry_failed: bool) -> boo
 class DeviceSlots:
     """Which device each cell runs on: the least loaded live one. Bookkeeping only: what must not
     overlap on a device (timings, profiles, the model generating) holds the device's lock itself
-    (evaluate/device_lock.py)."""
+    (device.py)."""
 
     def __init__(self, devices: Sequence[str]) -> None:
         self.devices = list(devices)
@@ -164,7 +164,7 @@ class FactsStore:
         self._guard = threading.Lock()
 
     def __call__(self, task: Task):
-        from kernelwright.strategies.facts import PromptFacts, analyze_for_prompts, facts_file
+        from kernelwright.prompts.facts import PromptFacts, analyze_for_prompts, facts_file
 
         name = facts_file(task.id)
         with self._guard:
@@ -339,8 +339,7 @@ def prefetch_scaffold_plans(spec: StudySpec, todo: Sequence[CellJob], tasks: Seq
     wanted = {j.task_id for j in todo if j.scaffold}
     if spec.executor != "local" or not wanted:
         return
-    from kernelwright.evaluate.evaluator import resolve_size
-    from kernelwright.evaluate.pool import available_cores
+    from kernelwright.device import available_cores, resolve_size
     from kernelwright.scaffold import ScaffoldError, plan_task
 
     todo_tasks = [t for t in tasks if isinstance(t, Task) and t.id in wanted]
@@ -362,7 +361,7 @@ def run_study(spec: StudySpec, *, retry_failed: bool = False, on_event: EventFn 
     """Run what is missing from the study folder. Writes no record when nothing is missing.
     Raises BackendError / TaskError / EvaluatorError / RegimeError for unusable input (before any
     cell runs), StudyBusy when another process writes the folder."""
-    from kernelwright.evaluate.evaluator import validate_device
+    from kernelwright.device import validate_device
 
     if spec.executor == "local":  # with Ray the GPUs are on the workers, not necessarily here
         for d in spec.devices:
@@ -378,7 +377,7 @@ def run_study(spec: StudySpec, *, retry_failed: bool = False, on_event: EventFn 
 
 def _run_as_writer(spec: StudySpec, tasks: Sequence[TaskOrFailure], retry_failed: bool, on_event: EventFn,
                    on_plan: Callable[[RunSummary], None]) -> RunSummary:
-    from kernelwright.evaluate.executors import installed, make_executor
+    from kernelwright.executors.base import installed, make_executor
     from kernelwright.llm import make_backend
     from kernelwright.study.manifest import finish_invocation, record_invocation
 

@@ -35,7 +35,7 @@ from pydantic import (
     model_validator,
 )
 
-from kernelwright.evaluate.device_lock import device_key
+from kernelwright.device import device_key, device_kind
 from kernelwright.strategies.config import RegimeConfig, RegimeError, parse_regime
 
 if sys.version_info >= (3, 11):
@@ -92,10 +92,6 @@ class EvalSettings(BaseModel):
         return self
 
 
-def device_kind(device: str) -> str:
-    return "cpu" if device == "cpu" else "cuda"
-
-
 class StudySpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -116,7 +112,7 @@ class StudySpec(BaseModel):
     facts: Path | None = None
     jobs: int = 0  # cells in flight at once; 0: two per device, so generation overlaps evaluation
     cache_dir: str | None = None  # the evaluator's build cache (default: KERNELWRIGHT_CACHE or ~/.cache)
-    # Where evaluations run: "local" (kernelwright.evaluate.pool on this machine) or "ray" (a Ray
+    # Where evaluations run: "local" (kernelwright.executors.pool on this machine) or "ray" (a Ray
     # cluster at RAY_ADDRESS; docs/scaling.md). How the work is spread: not in the config hash.
     executor: str = "local"
 

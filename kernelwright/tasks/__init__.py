@@ -29,8 +29,8 @@ evaluator's process, not at load time) by the environment variable ``KERNELWRIGH
 Any other value is treated as ``small`` (with a logged warning when built-in tasks are loaded).
 """
 
-from .builtin import SIZE_ENV, SIZES, SUITE_DIR
-from .errors import TaskError
-from .loader import load_task, load_tasks
+from kernelwright.tasks.builtin import SIZE_ENV, SIZES, SUITE_DIR
+from kernelwright.tasks.errors import TaskError
+from kernelwright.tasks.loader import load_task, load_tasks
 
 __all__ = ["SIZE_ENV", "SIZES", "SUITE_DIR", "TaskError", "load_task", "load_tasks"]

@@ -9,10 +9,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..records import Task
-from .errors import TaskError
-from .ranges import NumberSet
-from .source_check import read_task_source
+from kernelwright.records import Task
+from kernelwright.tasks.errors import TaskError
+from kernelwright.tasks.ranges import NumberSet
+from kernelwright.tasks.source_check import read_task_source
 
 log = logging.getLogger(__name__)
 

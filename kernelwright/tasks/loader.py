@@ -6,12 +6,18 @@ import logging
 import os
 from pathlib import Path
 
-from ..records import Task
-from .builtin import ID_PREFIX, load_builtin_named, load_builtin_selection
-from .errors import TaskError
-from .kernelbench import load_kernelbench
-from .ranges import parse_numbers
-from .source_check import missing_definitions, parse_source, read_task_source, read_text, require_task_shape
+from kernelwright.records import Task
+from kernelwright.tasks.builtin import ID_PREFIX, load_builtin_named, load_builtin_selection
+from kernelwright.tasks.errors import TaskError
+from kernelwright.tasks.kernelbench import load_kernelbench
+from kernelwright.tasks.ranges import parse_numbers
+from kernelwright.tasks.source_check import (
+    missing_definitions,
+    parse_source,
+    read_task_source,
+    read_text,
+    require_task_shape,
+)
 
 log = logging.getLogger(__name__)
 

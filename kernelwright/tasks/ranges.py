@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from .errors import TaskError
+from kernelwright.tasks.errors import TaskError
 
 _PART = re.compile(r"^(\d+)(?:-(\d+))?$")
 _ALL = ("", "*", "all")

@@ -11,9 +11,8 @@ import ast
 from collections.abc import Iterable
 from pathlib import Path
 
-from .errors import TaskError
-
 from kernelwright import pyast
+from kernelwright.tasks.errors import TaskError
 
 REQUIRED: tuple[tuple[type, str], ...] = (
     (ast.ClassDef, "Model"),

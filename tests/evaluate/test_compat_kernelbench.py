@@ -7,13 +7,12 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from kernelwright.cli import app
+from kernelwright.cli.main import app
 from kernelwright.evaluate import EvaluatorError, evaluate
 from kernelwright.records import Verdict
+from kernelwright.report.study_report import build
 from kernelwright.study.log import read_study
-from kernelwright.study.report import build
 from kernelwright.tasks import load_task
-
 from tests.conftest import TASKS
 
 HEAD = '''

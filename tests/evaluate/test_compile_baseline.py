@@ -3,9 +3,9 @@ the study's Table I makes of it."""
 
 from __future__ import annotations
 
-import pytest
-
 from pathlib import Path
+
+import pytest
 
 from kernelwright.evaluate import evaluate
 from kernelwright.records import EvalResult, Verdict
@@ -30,7 +30,7 @@ def test_compile_baseline_is_timed_like_the_reference(fast_cfg):
 
 
 def test_table_i_states_fast_1_against_torch_compile_only_when_measured():
-    from kernelwright.study.metrics import GroupStats
+    from kernelwright.report.metrics import GroupStats
 
     base = dict(group="g", cells=4, compiled=4, correct=2, custom_correct=2, fast=2, untimed_custom_correct=0)
     assert GroupStats(**base, fast_vs_compile=1, uncompiled_custom_correct=0).fast_vs_compile_pct == 25.0

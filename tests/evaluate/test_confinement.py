@@ -1,4 +1,4 @@
-"""OS-level containment (evaluate/confine.py) against hostile candidates, through the real evaluator.
+"""OS-level containment (confine.py) against hostile candidates, through the real evaluator.
 
 Each fixture in tests/fixtures/candidates/cpu/hostile/ attacks from inside a real worker process:
 files of the study (task file, candidate file, cells.jsonl), the shared build cache, a local TCP
@@ -27,12 +27,13 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.evaluate import buildcache, confine
+from kernelwright import confine
+from kernelwright.errors import ConfinementError
+from kernelwright.evaluate import buildcache
 from kernelwright.evaluate.buildspec import literal_builds
-from kernelwright.evaluate.evaluator import ConfinementError, allowed_env, evaluate
+from kernelwright.evaluate.evaluator import allowed_env, evaluate
 from kernelwright.records import Verdict
 from kernelwright.tasks import load_task
-
 from tests.conftest import CANDIDATES, TASKS
 
 HOSTILE = CANDIDATES / "cpu" / "hostile"

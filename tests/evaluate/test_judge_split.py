@@ -7,7 +7,6 @@ test_forged_verdicts.py (and every CPU evaluator test runs through the judge).
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
 
@@ -19,7 +18,6 @@ from kernelwright.evaluate.arena import Arena
 from kernelwright.evaluate.judge import Judge
 from kernelwright.evaluate.link import Import, Reply
 from kernelwright.evaluate.remote import RemoteRunner, RunnerGone, Served, _snapshot, init_request
-
 from tests.conftest import TASKS
 
 
@@ -106,7 +104,7 @@ def test_a_runner_serves_calls_through_its_arena(reference_runner):
 
 
 def test_an_output_that_does_not_fit_comes_back_as_a_placeholder(reference_runner):
-    from kernelwright.evaluate.compare import compare, tolerance_for
+    from kernelwright.measure.compare import compare, tolerance_for
 
     ref = torch.empty(64, 128)  # buffers shaped for another output than the runner's
     out, reply = reference_runner.run(reference_runner.stage([torch.randn(64, 256)], [ref]))

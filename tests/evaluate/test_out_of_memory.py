@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from kernelwright.evaluate import device_lock, evaluate
+from kernelwright import device as device_lock
+from kernelwright.evaluate import evaluate
 from kernelwright.evaluate.candidate_load import classify_runtime
 from kernelwright.records import Verdict
 from kernelwright.tasks import load_task
-
 from tests.conftest import CANDIDATES, TASKS
 
 OOM = '''

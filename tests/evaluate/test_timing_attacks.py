@@ -13,7 +13,6 @@ import pytest
 from kernelwright.evaluate import EvalConfig, EvaluatorError, evaluate
 from kernelwright.records import Verdict
 from kernelwright.tasks import load_task
-
 from tests.conftest import CANDIDATES, TASKS
 
 HOSTILE = CANDIDATES / "cpu" / "hostile"
@@ -156,6 +155,6 @@ def _stats(median_ms, floor_ms):
     (0.01, 5.0, None, False),   # no bandwidth figure: no floor
 ])
 def test_below_floor(cand_ms, ref_ms, floor_ms, expected):
-    from kernelwright.evaluate.timing import below_floor
+    from kernelwright.measure.timing import below_floor
 
     assert below_floor(_stats(cand_ms, floor_ms), _stats(ref_ms, floor_ms), 0.5, 0.05) is expected

@@ -48,7 +48,7 @@ CASES = {
 
 
 def optimize(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kernelwright.cli", "optimize", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kernelwright.cli.main", "optimize", *args], capture_output=True,
                           text=True, timeout=300)
 
 
@@ -126,14 +126,14 @@ def test_retrieval_library_missing_is_one_line_before_anything(tmp_path, empty_m
     # a None entry in sys.modules is how Python marks a module as not importable
     (hide / "sitecustomize.py").write_text("import sys\nsys.modules['Stemmer'] = None\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    p = subprocess.run([sys.executable, "-m", "kernelwright.cli", "optimize", str(f), "--model", empty_model,
+    p = subprocess.run([sys.executable, "-m", "kernelwright.cli.main", "optimize", str(f), "--model", empty_model,
                         "--device", "cpu", "--out", str(tmp_path / "out")], capture_output=True, text=True,
                        timeout=300, env=env)
     line = _one_error_line(p)
     assert "PyStemmer" in line and "no_retrieval" in line, line
     assert "checked: it imports" not in p.stderr  # not even the input checks ran
     # without retrieval the same Python gets past that point
-    p = subprocess.run([sys.executable, "-m", "kernelwright.cli", "optimize", str(f), "--model", empty_model,
+    p = subprocess.run([sys.executable, "-m", "kernelwright.cli.main", "optimize", str(f), "--model", empty_model,
                         "--device", "cpu", "--out", str(tmp_path / "out2"), "--regime", "routed+no_retrieval",
                         "--rounds", "1", "--iters", "5"], capture_output=True, text=True, timeout=300, env=env)
     assert "PyStemmer" not in p.stderr and "checked: it imports" in p.stderr, p.stderr

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.optimize.records import EXIT_FASTER, EXIT_NOT_FASTER, Outcome
+from kernelwright.errors import EXIT_FASTER, EXIT_NOT_FASTER
+from kernelwright.optimize.types import Outcome
 from kernelwright.records import Attempt
 from kernelwright.strategies import selection
 
@@ -72,7 +73,7 @@ print("ok")
 
 def optimize(*args: str, cache: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "KERNELWRIGHT_CACHE": str(cache)}
-    return subprocess.run([sys.executable, "-m", "kernelwright.cli", "optimize", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kernelwright.cli.main", "optimize", *args], capture_output=True,
                           text=True, timeout=900, env=env)
 
 

@@ -2,7 +2,7 @@
 (kernelwright/scaffold/gbnf.py).
 
 Fast: the grammar of every built-in task's scaffold, in every target, accepts the suite's oracle
-regions (tests/scaffold/oracle.py) and the recorded correct regions, and rejects prose, undefined
+regions (kernelwright/scaffold/oracle.py) and the recorded correct regions, and rejects prose, undefined
 names, functions the target lacks; checked with the Python matcher. Slow (the embedded model's
 file): llama.cpp's own grammar engine agrees on the same regions, and a real sampling run under the
 grammar gives an answer in the language.
@@ -19,9 +19,8 @@ import pytest
 from kernelwright.scaffold import SegmentKind, assemble, plan_task, plan_tasks, write
 from kernelwright.scaffold.gbnf import GrammarError, matches, parse
 from kernelwright.scaffold.grammar import TRITON_FUNCTIONS, TRITON_REDUCTIONS, region_grammar
+from kernelwright.scaffold.oracle import Unsupported, region
 from kernelwright.tasks import load_tasks
-
-from .oracle import Unsupported, region
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSCRIPT = ROOT / "tests" / "fixtures" / "transcripts" / "search_scaffold.jsonl"
@@ -157,7 +156,7 @@ def test_triton_row_rejects(plans, answer) -> None:
 
 
 def test_triton_functions_are_real_members_of_triton_language() -> None:
-    names = json.loads((ROOT / "kernelwright" / "evaluate" / "grounding_triton_names.json").read_text())
+    names = json.loads((ROOT / "kernelwright" / "grounding" / "triton_names.json").read_text())
     members = set(names["members"]["triton.language"])
     used = {f for fs in TRITON_FUNCTIONS.values() for f in fs} | set(TRITON_REDUCTIONS)
     assert used <= members and "tanh" not in used

@@ -25,10 +25,9 @@ import pytest
 import torch
 
 from kernelwright.scaffold import PrecheckStatus, SegmentKind, plan_tasks, precheck, precheck_many, write
+from kernelwright.scaffold.oracle import region
 from kernelwright.scaffold.precheck.compare import close, decode, round_to
 from kernelwright.tasks import load_tasks
-
-from .oracle import region
 
 # the package itself: `kernelwright.scaffold.precheck` is also the name of a function
 PRECHECK_PACKAGE = importlib.import_module("kernelwright.scaffold.precheck")
@@ -219,7 +218,7 @@ def test_a_second_call_is_answered_from_memory(plans, monkeypatch) -> None:
 
 # ---- the harness's failures are not the region's --------------------------------------------------
 def _mechanisms() -> list[str]:
-    from kernelwright.evaluate import confine
+    from kernelwright import confine
 
     offered = confine.offer()
     return [m for m in ("bwrap", "unshare") if getattr(offered, m, False)]

@@ -24,9 +24,8 @@ import pytest
 
 from kernelwright.records import Verdict
 from kernelwright.scaffold import SegmentKind, assemble, plan_task, plan_tasks, write
+from kernelwright.scaffold.oracle import region
 from kernelwright.tasks import load_task, load_tasks
-
-from .oracle import region
 
 TASKS = [t.id for t in load_tasks("builtin")]
 # The tasks without a scaffold, and the words their reason must contain.

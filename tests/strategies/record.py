@@ -15,10 +15,9 @@ from typing import Sequence
 from kernelwright.llm import make_backend
 from kernelwright.llm.base import Completion, GenerationRequest
 from kernelwright.llm.replay import Recording, read_recordings, request_key
+from kernelwright.prompts.facts import folder_provider
 from kernelwright.strategies import run_regime
-from kernelwright.strategies.facts import folder_provider
 from kernelwright.tasks import load_task
-
 from tests.strategies import plan
 
 

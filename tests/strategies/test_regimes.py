@@ -7,11 +7,10 @@ from __future__ import annotations
 import pytest
 
 from kernelwright.llm import make_backend
+from kernelwright.prompts.facts import folder_provider
 from kernelwright.strategies import run_regime, selection
-from kernelwright.strategies.facts import folder_provider
 from kernelwright.strategies.routed import RULES
 from kernelwright.tasks import load_task
-
 from tests.strategies import plan
 
 pytestmark = [pytest.mark.build, pytest.mark.skipif(not plan.TRANSCRIPTS.is_dir(), reason="no recorded transcripts")]

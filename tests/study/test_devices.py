@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from kernelwright.evaluate.device_lock import lock_path
+from kernelwright.device import lock_path
 from kernelwright.llm.base import Completion, GenerationRequest
 from kernelwright.study.runner import shared_backend
 

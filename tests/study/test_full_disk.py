@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from pydantic import BaseModel
 
 from kernelwright.study.log import append_record
@@ -47,7 +46,7 @@ def test_a_study_that_fills_the_disk_stops_with_one_line(tiny_disk, tmp_path, le
         (runs / f"level_1_problem_{p}_sample_0_kernel.py").write_text((CANDIDATES / "cpu" / "syntax_error.py").read_text())
     out = tiny_disk / "study"
     _fill(tiny_disk, leave)
-    cmd = [sys.executable, "-m", "kernelwright.cli", "study", "import", str(runs), "--tasks", "builtin:1:1-3",
+    cmd = [sys.executable, "-m", "kernelwright.cli.main", "study", "import", str(runs), "--tasks", "builtin:1:1-3",
            "--out", str(out), "--no-timing"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode == 0:

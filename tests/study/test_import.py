@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kernelwright.cli import app
+from kernelwright.cli.main import app
 from kernelwright.records import Verdict
 from kernelwright.study.importer import read_results_json
 from kernelwright.study.log import read_study

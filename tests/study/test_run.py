@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kernelwright.cli import app
+from kernelwright.cli.main import app
 from kernelwright.study.log import ATTEMPTS, CELLS, MANIFEST, read_study
 from tests.strategies import plan
 
@@ -89,7 +89,7 @@ def test_a_second_run_is_a_no_op(finished, replay, build_cache):
 
 def test_killed_and_resumed_equals_uninterrupted(finished, tmp_path, replay, build_cache):
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "kernelwright.cli", *study_args(out, replay, build_cache)]
+    cmd = [sys.executable, "-m", "kernelwright.cli.main", *study_args(out, replay, build_cache)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     cells = out / CELLS
     deadline = time.monotonic() + 300

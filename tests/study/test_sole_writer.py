@@ -21,7 +21,7 @@ with sole_writer(Path(sys.argv[1])):
 
 
 def _study(out):
-    cmd = [sys.executable, "-m", "kernelwright.cli", "study", "run", "-r", "zero_shot", "-t", "builtin:1:1",
+    cmd = [sys.executable, "-m", "kernelwright.cli.main", "study", "run", "-r", "zero_shot", "-t", "builtin:1:1",
            "-m", "replay:/nonexistent.jsonl", "--out", str(out)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 

@@ -17,7 +17,7 @@ pytest.importorskip("openai", reason="openai not installed (pip install 'kernelw
 def test_an_unreachable_server_leaves_every_cell_pending(tmp_path):
     out = tmp_path / "study"
     url = f"http://127.0.0.1:{free_port()}/v1"  # a closed port: nothing listens there
-    cmd = [sys.executable, "-m", "kernelwright.cli", "study", "run", "-r", "zero_shot+scaffold", "-t", "builtin:1:1-3",
+    cmd = [sys.executable, "-m", "kernelwright.cli.main", "study", "run", "-r", "zero_shot+scaffold", "-t", "builtin:1:1-3",
            "-m", f"openai:{url}#m", "--out", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert p.returncode == 2, p.stderr[-2000:]

@@ -22,9 +22,9 @@ import threading
 import time
 from typing import Optional
 
-from ..types import ScaffoldPlan
-from .compare import first_difference
-from .types import Counterexample, PrecheckResult, PrecheckStatus
+from kernelwright.scaffold.precheck.compare import first_difference
+from kernelwright.scaffold.precheck.types import Counterexample, PrecheckResult, PrecheckStatus
+from kernelwright.scaffold.types import ScaffoldPlan
 
 __all__ = ["Counterexample", "PrecheckResult", "PrecheckStatus", "precheck", "precheck_many"]
 
@@ -74,7 +74,7 @@ def _key(plan: ScaffoldPlan, target: str, region: str) -> str:
 def _screen(target: str, region: str) -> Optional[PrecheckResult]:
     if target == "triton":
         return None
-    from .native_shim import screen
+    from kernelwright.scaffold.precheck.native_shim import screen
 
     found = screen(target, region)
     if not found:
@@ -87,9 +87,9 @@ def _run(plan: ScaffoldPlan, target: str, regions: list[str]) -> list[PrecheckRe
     seg, probes = plan.segment, plan.probes
     assert seg is not None and probes is not None
     if target == "triton":
-        from .tl_shim import run as run_regions
+        from kernelwright.scaffold.precheck.tl_shim import run as run_regions
     else:
-        from .native import run as run_regions
+        from kernelwright.scaffold.precheck.native import run as run_regions
     out = []
     for outcome in run_regions(seg, target, probes, regions):
         if outcome.unsupported:

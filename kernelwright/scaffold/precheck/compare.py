@@ -1,4 +1,4 @@
-"""The region's values against the segment's, as the evaluator compares (evaluate/compare.py), but
+"""The region's values against the segment's, as the evaluator compares (measure/compare.py), but
 per probe value so the first difference can be shown. No torch: the parent stays light.
 
 * tolerance: the evaluator's defaults for the segment's output dtype (1e-4 for float32, 1e-2 for
@@ -17,8 +17,8 @@ import struct
 from array import array
 from typing import Optional
 
-from ..types import Probes, Segment, SegmentKind
-from .types import Counterexample
+from kernelwright.scaffold.precheck.types import Counterexample
+from kernelwright.scaffold.types import Probes, Segment, SegmentKind
 
 DEFAULT_TOL = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2}
 ROW_WINDOW = 2  # columns shown on each side of the first bad one

@@ -19,7 +19,7 @@ def confined_run(argv: list[str], scratch: str, visible: list[str], timeout: flo
     """(exit status, stdout) of `argv` run under the evaluator's confinement (no network, the file
     system read-only but `scratch`, limits), as far as this machine offers it: the pre-check runs
     model-written code. -1 if it ran past `timeout`."""
-    from kernelwright.evaluate import confine
+    from kernelwright import confine
 
     limits = confine.Limits(memory_bytes=2 << 30, cpu_seconds=int(timeout) + 5)
     held = confine.box(argv, scratch, visible, limits, env_scrubbed=True, required=False)

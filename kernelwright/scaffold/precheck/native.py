@@ -26,12 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
-from ..skeleton import PLACEHOLDER, ROW_THREADS, ELEMENTWISE_THREADS, cpp_kernel, cuda_kernel
-from ..types import Probes, Segment, SegmentKind
-from .compare import decode
-from .confined import cache_dir, confined_run
-from .native_shim import COMMON, CUDA_SHIM
-from .types import RegionRun
+from kernelwright.scaffold.precheck.compare import decode
+from kernelwright.scaffold.precheck.confined import cache_dir, confined_run
+from kernelwright.scaffold.precheck.native_shim import COMMON, CUDA_SHIM
+from kernelwright.scaffold.precheck.types import RegionRun
+from kernelwright.scaffold.skeleton import ELEMENTWISE_THREADS, PLACEHOLDER, ROW_THREADS, cpp_kernel, cuda_kernel
+from kernelwright.scaffold.types import Probes, Segment, SegmentKind
 
 COMPILER = os.environ.get("CXX", "c++")
 # -O0: the regions are a few lines run on a few thousand values; compile time is what counts

@@ -20,13 +20,13 @@ import tempfile
 from array import array
 from pathlib import Path
 
-from ..skeleton import PLACEHOLDER, TRITON_BLOCK, triton_kernel
-from ..types import Probes, Segment, SegmentKind
-from .confined import cache_dir, confined_run
-from .types import RegionRun
+from kernelwright.scaffold.precheck.confined import cache_dir, confined_run
+from kernelwright.scaffold.precheck.types import RegionRun
+from kernelwright.scaffold.skeleton import PLACEHOLDER, TRITON_BLOCK, triton_kernel
+from kernelwright.scaffold.types import Probes, Segment, SegmentKind
 
 CHILD = Path(__file__).with_name("tl_child.py")
-NAMES_FILE = Path(__file__).resolve().parents[2] / "evaluate" / "grounding_triton_names.json"
+NAMES_FILE = Path(__file__).resolve().parents[2] / "grounding" / "triton_names.json"
 RUN_TIMEOUT_S = 60.0
 
 

@@ -1,0 +1,284 @@
+"""The `kernelwright` command line (typer). Thin: parse, call the library, print, pick the exit code.
+
+Exit codes: 0 = the command did its job (an evaluation that completed, whatever its verdict);
+2 = bad input to the tool (missing file, bad task, unknown device); 3 = a GPU stopped answering;
+4 = `optimize` found nothing verified that beats the reference (it keeps the best correct candidate).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kernelwright import __version__
+
+HELP = ("A local code model rewrites PyTorch modules into custom kernels (C++ on a CPU, CUDA or Triton on a "
+        "GPU), and a sandboxed evaluator proves each one: custom code did the work, outputs match, timed by us. "
+        "Start with `optimize FILE`; `eval` checks one candidate; `study` runs controlled comparisons. "
+        "Exit codes: 0 done, 2 bad input (or a missing requirement, a model that stopped answering, a full disk), "
+        "3 a GPU stopped answering, 4 optimize kept nothing faster. `doctor` says what this machine can do.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP)
+# one home for consoles, exit codes and `fail` (kernelwright/cli/console.py); re-exported for callers
+from kernelwright.cli.console import err, fail, out, say_error
+from kernelwright.device import default_target
+from kernelwright.errors import EXIT_BAD_INPUT, EXIT_GPU_GONE
+
+
+@app.callback()
+def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what happens.")) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # Which model runs where is said in one line, always: a default that silently downloads or
+    # picks an engine would surprise.
+    logging.getLogger("kernelwright.llm.registry").setLevel(logging.INFO)
+    # the embedded model's assembly (1.1 GB from PyPI chunks, about 40 s) and its one-time sha256
+    # check say what they are doing, part by part, rather than a silent wait
+    logging.getLogger("kernelwright.llm.local_model").setLevel(logging.INFO)
+
+
+@app.command("version")
+def version() -> None:
+    """Print the version."""
+    out.print(__version__)
+
+
+@app.command("doctor")
+def doctor_cmd() -> None:
+    """Say what this machine can do (compiler, nvcc, GPUs, Triton, the model, the sandbox) and what to install."""
+    from kernelwright.cli.doctor import can_do, run_checks
+
+    checks = run_checks()
+    for c in checks:
+        mark = {True: "ok", False: "MISSING", None: "-"}[c.ok]
+        line = f"{c.name:<15} {mark:<8} {c.detail}"
+        print(line + (f"   -> {c.fix}" if c.fix and not c.ok else ""))
+    said = can_do(checks)
+    print("this machine can: " + ("; ".join(said) if said else "nothing yet (see MISSING above)"))
+    if any(c.ok is False for c in checks):
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+
+@app.command("tasks")
+def tasks_cmd(spec: str = typer.Argument("builtin", help="A file, a folder, builtin[:levels[:ids]] or kernelbench:ROOT[:levels[:ids]].")) -> None:
+    """List the tasks a spec selects."""
+    from kernelwright.tasks import TaskError, load_tasks
+
+    try:
+        tasks = load_tasks(spec)
+    except TaskError as e:
+        fail(str(e))
+    # plain aligned lines, never cut at the terminal's width: ids and names are what a user copies
+    rows = [("id", "level", "name")] + [(t.id, "" if t.level is None else str(t.level), t.name) for t in tasks]
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    for r in rows:
+        print(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]}".rstrip())
+    print(f"{len(tasks)} task(s)")
+
+
+UNCONFINED_HELP = ("Run candidates even where a required OS protection (bubblewrap/namespaces, cgroups) is "
+                   "missing here; results are marked untrusted. Never for results anyone relies on.")
+
+
+def warn_unconfined(unconfined: bool) -> bool:
+    if unconfined:
+        err.print("[bold red]UNCONFINED[/]: candidate code may run without network, filesystem or process "
+                  "containment on this machine; every result is marked confinement.trusted=false")
+    return unconfined
+
+
+@app.command("eval")
+def eval_cmd(
+    task: str = typer.Option(..., "--task", "-t", help="A task file, a built-in task id/name, or a spec selecting one task."),
+    candidate: Path = typer.Option(..., "--candidate", "-c", help="Python file (or raw model answer) defining ModelNew."),
+    device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
+    timeout: float = typer.Option(240.0, help="Hard wall-clock limit for the whole evaluation, in seconds."),
+    json_out: bool = typer.Option(False, "--json", help="Print exactly the result record as JSON."),
+    compile_only: bool = typer.Option(False, "--compile-only", help="Build only (CUDA sources compile without a GPU)."),
+    trials: int = typer.Option(5, help="Correctness trials, each on fresh random inputs."),
+    atol: Optional[float] = typer.Option(None, help="Absolute tolerance (default 1e-4 fp32, 1e-2 fp16/bf16)."),
+    rtol: Optional[float] = typer.Option(None, help="Relative tolerance (default as atol)."),
+    iters: int = typer.Option(100, help="Timed calls per module."),
+    warmup: int = typer.Option(10, help="Untimed warm-up calls per module."),
+    size: str = typer.Option("auto", help="Task size: small, full, or auto (small on CPU, full on GPU)."),
+    seed: int = typer.Option(42, help="Base seed for parameters and inputs."),
+    no_timing: bool = typer.Option(False, "--no-timing", help="Check correctness only."),
+    unconfined: bool = typer.Option(False, "--unconfined", help=UNCONFINED_HELP),
+) -> None:
+    """Evaluate one candidate against one task: compile, check, prove custom code ran, time."""
+    from kernelwright.evaluate import EvalConfig, EvaluatorError, GPUUnavailableError, evaluate
+    from kernelwright.tasks import TaskError, load_task
+
+    if size not in ("auto", "small", "full"):
+        fail(f"unknown size {size!r}: use small, full or auto")
+    if not candidate.is_file():
+        fail(f"candidate file not found: {candidate}")
+    try:
+        text = candidate.read_text(errors="replace")
+    except OSError as e:
+        fail(f"cannot read candidate {candidate}: {e.strerror}")
+    try:
+        the_task = load_task(task)
+    except TaskError as e:
+        fail(str(e))
+    try:
+        cfg = EvalConfig(device=device, timeout=timeout, trials=trials, atol=atol, rtol=rtol, iters=iters,
+                         warmup=warmup, compile_only=compile_only, size=size, seed=seed, time=not no_timing,
+                         unconfined=warn_unconfined(unconfined))
+        result = evaluate(the_task, text, cfg)
+    except GPUUnavailableError as e:
+        if e.result is not None and json_out:
+            print(e.result.to_json(indent=2))
+        fail(str(e), EXIT_GPU_GONE)
+    except EvaluatorError as e:
+        fail(str(e))
+    if json_out:
+        print(result.to_json(indent=2))
+        return
+    from kernelwright.report.console import print_result
+
+    print_result(out, result)
+
+
+def _register_llm_commands() -> None:
+    from kernelwright.cli.model import generate, model_app
+
+    app.add_typer(model_app, name="model")
+    app.command("generate")(generate)
+
+
+_register_llm_commands()
+
+
+def _register_study_commands() -> None:
+    from kernelwright.cli.study import study_app
+
+    app.add_typer(study_app, name="study")
+
+
+_register_study_commands()
+
+
+def _register_optimize_command() -> None:
+    from kernelwright.cli.optimize import optimize_cmd
+
+    app.command("optimize")(optimize_cmd)
+
+
+_register_optimize_command()
+
+
+@app.command("run")
+def run_cmd(
+    regime: str = typer.Option("routed", "--regime", "-r", help="zero_shot | guided | iterative | agentic | routed, with +ablations (e.g. agentic+no_retrieval+n=2)."),
+    task: str = typer.Option(..., "--task", "-t", help="A task file, a built-in task id/name, or a spec selecting one task."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model spec (see docs/backends.md); default: the embedded 1.5B model."),
+    device: str = typer.Option("cpu", help="cpu, cuda or cuda:N (where candidates are evaluated)."),
+    target: Optional[str] = typer.Option(None, help="cuda | triton | cpp (default: cpp on cpu, cuda on a GPU)."),
+    n: Optional[int] = typer.Option(None, help="Samples per generation step (regime default if unset)."),
+    turns: Optional[int] = typer.Option(None, help="Turns for iterative/agentic (default 3)."),
+    seed: int = typer.Option(0, help="Sampling seed."),
+    max_tokens: int = typer.Option(1024, help="Decoding budget per generated program."),
+    timeout: float = typer.Option(240.0, help="Evaluation time limit per candidate, seconds."),
+    iters: int = typer.Option(100, help="Timed calls per module."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for attempts.jsonl and cells.jsonl (appended)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the cell record as JSON at the end."),
+    scaffold: Optional[bool] = typer.Option(None, "--scaffold/--no-scaffold", help="Scaffolded generation: the system "
+                                            "writes the program, the model fills one region (default: on for the "
+                                            "embedded models, off for others)."),
+    unconfined: bool = typer.Option(False, "--unconfined", help=UNCONFINED_HELP),
+) -> None:
+    """Run one interaction regime on one task with a model, evaluating every candidate."""
+    from kernelwright.evaluate import EvalConfig, EvaluatorError
+    from kernelwright.llm import BackendError, make_backend
+    from kernelwright.llm.registry import is_embedded
+    from kernelwright.strategies import RegimeError, parse_regime, run_regime
+    from kernelwright.strategies.config import check_runnable
+    from kernelwright.tasks import TaskError, load_task
+
+    tgt = target or default_target(device)
+    if tgt not in ("cuda", "triton", "cpp"):
+        fail(f"unknown target {tgt!r}: use cuda, triton or cpp")
+    try:
+        config = parse_regime(regime, target=tgt, seed=seed, max_tokens=max_tokens,
+                              scaffold=is_embedded(model) if scaffold is None else scaffold,
+                              **({"n": n} if n is not None else {}), **({"turns": turns} if turns is not None else {}))
+        check_runnable(config)
+        the_task = load_task(task)
+        from kernelwright.device import validate_device
+
+        validate_device(device)
+        cfg = EvalConfig(device=device, timeout=timeout, iters=iters, unconfined=warn_unconfined(unconfined))
+        backend = make_backend(model)
+    except (RegimeError, TaskError, EvaluatorError, BackendError) as e:
+        fail(str(e))
+    sink, out_files = _jsonl_sink(out_dir)
+    err.print(f"regime {config.spec} · task {the_task.id} · model {backend.model} · target {tgt} · device {device}")
+    try:
+        cell = run_regime(the_task, backend, config, cfg, sink=sink, progress=_print_progress)
+    except (EvaluatorError, BackendError) as e:
+        fail(str(e))
+    if out_files:
+        with open(out_files[1], "a") as f:
+            f.write(cell.model_dump_json() + "\n")
+    if json_out:
+        print(cell.model_dump_json(indent=2))
+    else:
+        out.print(f"[bold]{cell.verdict.value}[/] — {cell.reason}" + (f"\nroute: {cell.route}" if cell.route else ""))
+        out.print(f"{len(cell.attempt_ids)} candidate(s), {cell.turns} turn(s), {cell.wall_s:.0f} s, "
+                  f"{cell.usage.completion_tokens} tokens generated")
+
+
+def _jsonl_sink(out_dir: Optional[Path]):
+    if out_dir is None:
+        return (lambda a: None), None
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        fail(f"cannot create output folder {out_dir}: {e.strerror}")
+    attempts, cells = out_dir / "attempts.jsonl", out_dir / "cells.jsonl"
+
+    def sink(attempt) -> None:
+        with open(attempts, "a") as f:  # one line per attempt, flushed as it finishes
+            f.write(attempt.model_dump_json() + "\n")
+
+    return sink, (attempts, cells)
+
+
+def _print_progress(e: dict) -> None:
+    kind = e.get("event")
+    if kind == "generate":
+        err.print(f"turn {e['turn']}: generating {e['n']} candidate(s)")
+    elif kind == "role":
+        err.print(f"turn {e['turn']}: {e['role']}")
+    elif kind == "route":
+        err.print(f"routed to {e['regime']}: {e['reason']}")
+    elif kind == "scaffold":
+        err.print(f"no scaffold: {e['reason']}")
+    elif kind == "verdict":
+        speed = f" speedup {e['speedup']:.3g}x" if e.get("speedup") is not None else ""
+        err.print(f"turn {e['turn']} candidate {e['sample'] + 1}/{e['n']}: {e['verdict']}{speed}")
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # anywhere a command writes (a study's records, a report, optimize's kept kernel): records
+        # already written stay whole (study/log.py takes a partial line back), so say it and stop
+        where = f" writing {e.filename}" if e.filename else ""
+        say_error(f"the disk is full{where}; what was recorded before is kept: free space and run the same "
+                  "command again")
+        sys.exit(EXIT_BAD_INPUT)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""The `kernelwright optimize` command (registered in kernelwright/cli/main.py). Thin: resolve the
+defaults, check the input, make the model, run, print the outcome, pick the exit code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kernelwright.errors import EXIT_BAD_INPUT
+from kernelwright.optimize.types import Options
+
+# Path-typed options as module-level singletons (a Path default is mutable to the linter's eyes).
+_OUT = typer.Option(None, "--out", "-o", help="Output folder (default: <name>.kernelwright/ next to FILE).")
+_FACTS = typer.Option(None, "--facts", hidden=True, help="Tests: prompt facts JSON to use (written when missing), "
+                      "so replayed prompts are byte-stable.")
+
+
+def optimize_cmd(
+    file: str = typer.Argument(..., help="A KernelBench-format file (Model, get_inputs, get_init_inputs), or "
+                                         "FILE:ClassName with --inputs FUNC."),
+    inputs: Optional[str] = typer.Option(None, "--inputs", help="Function in FILE returning example inputs "
+                                                                 "(default get_inputs)."),
+    init_inputs: Optional[str] = typer.Option(None, "--init-inputs", help="Function in FILE returning the "
+                                              "constructor's arguments (default get_init_inputs, else none)."),
+    budget_minutes: float = typer.Option(10.0, "--budget-minutes", "-b", help="Wall-clock budget for the whole run."),
+    samples: Optional[int] = typer.Option(None, "--samples", "-n", help="Samples per generation step (regime default if unset)."),
+    turns: Optional[int] = typer.Option(None, "--turns", help="Turns per round for iterative/agentic (default 3)."),
+    rounds: int = typer.Option(0, "--rounds", help="Regime runs at most (0: new rounds while the budget lasts)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model spec (docs/backends.md); default: the "
+                                                                    "embedded 1.5B model."),
+    device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: a GPU if one answers, else cpu)."),
+    target: Optional[str] = typer.Option(None, help="cuda | triton | cpp (default: cuda on a GPU, cpp on the CPU)."),
+    regime: Optional[str] = typer.Option(None, "--regime", "-r", help="Interaction regime (see `kernelwright run`); "
+                                         "default: search for the embedded models, routed for others."),
+    out: Optional[Path] = _OUT,
+    seed: int = typer.Option(0, help="Sampling seed of the first round."),
+    max_tokens: int = typer.Option(1024, help="Decoding budget per generated program."),
+    scaffold: Optional[bool] = typer.Option(None, "--scaffold/--no-scaffold", help="Scaffolded generation (default: "
+                                            "on for the embedded models)."),
+    timeout: float = typer.Option(240.0, help="Evaluation time limit per candidate, seconds."),
+    iters: int = typer.Option(100, help="Timed calls per module."),
+    no_timing: bool = typer.Option(False, "--no-timing", hidden=True, help="Tests: never time (nothing can win)."),
+    facts: Optional[Path] = _FACTS,
+) -> None:
+    """Find the fastest verified rewrite of one module within a budget; write model_new.py and a report.
+
+    Exit codes: 0 a verified faster kernel was kept; 2 bad input (before any generation) or the model stopped answering; 3 the GPU stopped answering; 4 nothing verified beats the reference.
+    """
+    from kernelwright.cli.console import err, fail
+    from kernelwright.cli.console import out as stdout
+    from kernelwright.cli.display import Display
+    from kernelwright.llm import BackendError, make_backend
+    from kernelwright.llm.registry import is_embedded
+    from kernelwright.optimize import inputs as inp
+    from kernelwright.optimize.budget import Budget
+    from kernelwright.optimize.runner import optimize
+    from kernelwright.report.optimize_report import headline
+    from kernelwright.report.optimize_report import write as write_report
+    from kernelwright.strategies import RegimeError, parse_regime
+    from kernelwright.strategies.config import check_runnable
+
+    budget = Budget(budget_minutes)  # the clock starts with the command: checks count too
+    # A small model is productive sampling many regions against a fast exact check (search); a
+    # large one can use the multi-role regimes (routed), which spend minutes before a first kernel.
+    regime = regime or ("search" if is_embedded(model) else "routed")
+    if budget_minutes <= 0:
+        fail("--budget-minutes must be positive")
+    try:
+        task = inp.load_input(file, inputs, init_inputs)
+        dev = inp.resolve_device(device)
+        tgt = inp.resolve_target(target, dev)
+        path, _ = inp.split_spec(file)
+        folder = out or path.parent / f"{task.name}.kernelwright"
+        inp.check_writable(folder)
+        opts = Options(regime=regime, model=model, device=dev, target=tgt, budget_minutes=budget_minutes,
+                       samples=samples, turns=turns, rounds=rounds, seed=seed, max_tokens=max_tokens,
+                       scaffold=is_embedded(model) if scaffold is None else scaffold, eval_timeout=timeout,
+                       iters=iters, time=not no_timing)
+        inp.eval_config(opts)  # bad evaluator options fail here, before any profiling
+        check_runnable(parse_regime(regime, target=tgt))  # a bad spec fails here, not after the profiling
+        checked = inp.check_runs(task, dev)
+        backend = make_backend(model)
+    except (inp.InputError, RegimeError, BackendError) as e:
+        fail(str(e), EXIT_BAD_INPUT)  # bad input says one line and nothing else
+    err.print(f"optimize {path} · device {dev} · target {tgt} · model {backend.model} · regime {regime} · budget "
+              f"{budget_minutes:g} min\nchecked: it imports, its inputs run, forward runs on {dev} -> "
+              f"{', '.join(checked.outputs)}", highlight=False, soft_wrap=True)
+    try:
+        with Display(err, budget) as display:
+            outcome, attempts = optimize(task, opts, backend, folder, budget, outputs=checked.outputs,
+                                         progress=display, facts_path=facts)
+            display({"event": "step", "step": "writing the report"})
+            write_report(folder, task, outcome, attempts)
+    except inp.InputError as e:  # the profiling failed: still before any generation
+        fail(str(e), EXIT_BAD_INPUT)
+    stdout.print(headline(outcome), highlight=False, soft_wrap=True)
+    b = outcome.baseline
+    eager = f"{b.eager.median_ms:.4g} ms" if b.eager else "n/a"
+    compiled = (f"{b.compiled.median_ms:.4g} ms" if b.compiled else
+                "failed" if b.compile_error else "not measured")
+    kept = "none"
+    if outcome.kept_id is not None:
+        vs = [f"{outcome.speedup_vs_eager:.3g}x eager" if outcome.speedup_vs_eager is not None else "not timed"]
+        if outcome.speedup_vs_compile is not None:
+            vs.append(f"{outcome.speedup_vs_compile:.3g}x torch.compile")
+        if outcome.fraction_of_floor is not None:
+            vs.append(f"{outcome.fraction_of_floor:.3g} of the roofline floor")
+        kept = ", ".join(vs)
+    stdout.print(f"eager {eager} · torch.compile {compiled} · kept: {kept}", highlight=False, soft_wrap=True)
+    stdout.print(f"{outcome.attempts} attempt(s), {outcome.rounds} round(s), {outcome.wall_s:.0f} s; "
+                 f"report: {folder / 'report.md'}", highlight=False, soft_wrap=True)
+    if outcome.error:
+        err.print(f"[bold red]error:[/] {outcome.error}", highlight=False, soft_wrap=True)
+    raise typer.Exit(outcome.exit_code)

@@ -1,0 +1,180 @@
+"""`kernelwright study run|import|report|export`: the study sub-commands (typer).
+
+Exit codes follow the main CLI: 0 done (whatever the verdicts), 2 bad input, 3 GPUs gone with
+cells left pending (rerun the same command to finish them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+study_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                        help="Run a study matrix, re-score other tools' output, write the report and training data.")
+from kernelwright.cli.console import err, fail, out
+from kernelwright.errors import EXIT_BAD_INPUT, EXIT_GPU_GONE
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    """Repeated flags and comma-separated lists both work (regime specs never contain commas)."""
+    if not values:
+        return None
+    return [p.strip() for v in values for p in v.split(",") if p.strip()]
+
+
+def _summary_line(s) -> str:
+    verdicts = ", ".join(f"{k} {v}" for k, v in sorted(s.verdicts.items()))
+    return (f"{s.planned} cell(s) planned, {s.skipped} already done, {s.done} run now ({s.failed} failed), "
+            f"{s.attempts} candidate(s) evaluated" + (f"; cell verdicts: {verdicts}" if verdicts else ""))
+
+
+@study_app.command("run")
+def run_cmd(
+    study_file: Annotated[Path | None, typer.Argument(help="A study file (TOML); flags override its keys.")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="The study folder.")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Model spec (docs/backends.md).")] = None,
+    regimes: Annotated[list[str] | None, typer.Option("--regime", "-r", help="Regime spec, repeatable or comma-separated (e.g. agentic,agentic+no_retrieval).")] = None,
+    tasks: Annotated[list[str] | None, typer.Option("--tasks", "-t", help="Task spec, repeatable (builtin[:levels[:ids]], kernelbench:ROOT..., a folder, a task id).")] = None,
+    n: Annotated[int | None, typer.Option(help="Samples per generation step.")] = None,
+    turns: Annotated[int | None, typer.Option(help="Turns for iterative/agentic.")] = None,
+    seeds: Annotated[list[int] | None, typer.Option("--seed", help="Sampling seed, repeatable.")] = None,
+    devices: Annotated[list[str] | None, typer.Option("--device", "-d", help="cpu or cuda:N, repeatable: one evaluation worker each.")] = None,
+    target: Annotated[str | None, typer.Option(help="cuda | triton | cpp.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Decoding budget per generated program.")] = None,
+    facts: Annotated[Path | None, typer.Option(help="Folder of recorded task facts (default: OUT/facts).")] = None,
+    jobs: Annotated[int | None, typer.Option(help="Cells in flight at once (default: two per device).")] = None,
+    cache_dir: Annotated[str | None, typer.Option(help="The evaluator's build cache.")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Evaluation time limit per candidate, seconds.")] = None,
+    trials: Annotated[int | None, typer.Option(help="Correctness trials per candidate.")] = None,
+    iters: Annotated[int | None, typer.Option(help="Timed calls per module.")] = None,
+    warmup: Annotated[int | None, typer.Option(help="Warm-up calls per module.")] = None,
+    timing: Annotated[bool | None, typer.Option("--timing/--no-timing", help="Time correct candidates (default on).")] = None,
+    compile_baseline: Annotated[bool | None, typer.Option("--compile-baseline/--no-compile-baseline", help="Also time torch.compile(reference) for Table I's fast_1 vs torch.compile (default off).")] = None,
+    size: Annotated[str | None, typer.Option(help="Task size: small, full or auto.")] = None,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Redo cells recorded as failed.")] = False,
+    executor: Annotated[str | None, typer.Option(help="Where evaluations run: local (this machine's pool) or ray (RAY_ADDRESS; docs/scaling.md).")] = None,
+) -> None:
+    """Run (or resume) a study: every regime x task x seed cell not already in OUT/cells.jsonl."""
+    from kernelwright.cli.progress import StudyProgress
+    from kernelwright.evaluate import EvaluatorError
+    from kernelwright.llm import BackendError
+    from kernelwright.strategies import RegimeError
+    from kernelwright.study.log import StudyBusy
+    from kernelwright.study.runner import run_study
+    from kernelwright.study.spec import StudySpecError, load_spec
+    from kernelwright.tasks import TaskError
+
+    overrides = {"out": str(out_dir) if out_dir else None, "model": model, "regimes": _split(regimes), "tasks": tasks,
+                 "n": n, "turns": turns, "seeds": seeds, "devices": _split(devices), "target": target,
+                 "max_tokens": max_tokens, "facts": str(facts) if facts else None, "jobs": jobs, "cache_dir": cache_dir,
+                 "eval.timeout": timeout, "eval.trials": trials, "eval.iters": iters, "eval.warmup": warmup,
+                 "eval.time": timing, "eval.size": size, "eval.compile_baseline": compile_baseline, "executor": executor}
+    try:
+        spec = load_spec(study_file, overrides)
+    except StudySpecError as e:
+        fail(str(e))
+    display = StudyProgress(err)
+
+    def planned(s) -> None:
+        err.print(f"study {spec.out}: {s.planned} cell(s), {s.skipped} already done, {s.pending} to run", highlight=False, soft_wrap=True)
+        if s.pending:
+            display.start(s.pending)
+
+    try:
+        summary = run_study(spec, retry_failed=retry_failed, on_event=display, on_plan=planned)
+    except (StudySpecError, TaskError, BackendError, EvaluatorError, RegimeError, StudyBusy) as e:
+        fail(str(e))
+    finally:
+        display.stop()
+    out.print(_summary_line(summary), highlight=False, soft_wrap=True)
+    if summary.stopped:
+        fail(f"{summary.not_run} cell(s) left pending: {summary.stopped}; rerun the same command to finish",
+             EXIT_BAD_INPUT if summary.stopped_by_model else EXIT_GPU_GONE)
+
+
+@study_app.command("import")
+def import_cmd(
+    inputs: Annotated[list[Path], typer.Argument(help="KernelBench runs folders (level_L_problem_P_sample_S_kernel.py) and/or results JSON files.")],
+    tasks: Annotated[list[str], typer.Option("--tasks", "-t", help="Task spec(s) the problems map onto (kernelbench:ROOT, builtin, ...).")],
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="The study folder to write.")],
+    label: Annotated[str | None, typer.Option(help="Name of the imported source (regime column 'import:LABEL'); default: the first input's name.")] = None,
+    devices: Annotated[list[str] | None, typer.Option("--device", "-d", help="cpu or cuda:N, repeatable.")] = None,
+    cache_dir: Annotated[str | None, typer.Option(help="The evaluator's build cache.")] = None,
+    jobs: Annotated[int, typer.Option(help="Cells evaluated at once (default: one per device).")] = 0,
+    timeout: Annotated[float, typer.Option(help="Evaluation time limit per candidate, seconds.")] = 240.0,
+    trials: Annotated[int, typer.Option(help="Correctness trials per candidate.")] = 5,
+    iters: Annotated[int, typer.Option(help="Timed calls per module.")] = 100,
+    warmup: Annotated[int, typer.Option(help="Warm-up calls per module.")] = 10,
+    timing: Annotated[bool, typer.Option("--timing/--no-timing", help="Time correct candidates.")] = True,
+    size: Annotated[str, typer.Option(help="Task size: small, full or auto.")] = "auto",
+    compile_baseline: Annotated[bool, typer.Option("--compile-baseline/--no-compile-baseline", help="Also time torch.compile(reference) for Table I's fast_1 vs torch.compile (default off).")] = False,
+    compat: Annotated[str, typer.Option(help="kernelwright (default) or kernelbench: KernelBench's own definitions (the task module's names visible to the candidate, a ModelNew.__init__ failure counts as not compiled, the task's own size), to compare a re-score line by line; weaker, and the report says so.")] = "kernelwright",
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Redo cells recorded as failed.")] = False,
+) -> None:
+    """Re-score other tools' generations with our evaluator, into a study folder."""
+    from pydantic import ValidationError
+
+    from kernelwright.cli.progress import StudyProgress
+    from kernelwright.evaluate import EvaluatorError
+    from kernelwright.study.importer import ImportInputError, import_study
+    from kernelwright.study.log import StudyBusy
+    from kernelwright.study.spec import EvalSettings
+    from kernelwright.tasks import TaskError
+
+    try:
+        settings = EvalSettings(timeout=timeout, trials=trials, iters=iters, warmup=warmup, time=timing, size=size,
+                                compile_baseline=compile_baseline, compat=compat)
+    except ValidationError as e:
+        # the rule that failed, as one line ("bad evaluator option: trials must be ..."), not pydantic's header
+        first = e.errors()[0]
+        fail(str(first.get("msg", e)).removeprefix("Value error, "))
+    display = StudyProgress(err)
+
+    def planned(s) -> None:
+        err.print(f"import into {out_dir}: {s.planned} cell(s), {s.skipped} already done, {s.pending} to evaluate",
+                  highlight=False, soft_wrap=True)
+        if s.pending:
+            display.start(s.pending)
+
+    try:
+        summary = import_study(inputs, tasks, out_dir, label=label, settings=settings, devices=_split(devices) or ["cpu"],
+                               cache_dir=cache_dir, jobs=jobs, retry_failed=retry_failed, on_event=display,
+                               on_plan=planned)
+    except (ImportInputError, TaskError, EvaluatorError, StudyBusy) as e:
+        fail(str(e))
+    finally:
+        display.stop()
+    out.print(_summary_line(summary), highlight=False, soft_wrap=True)
+
+
+@study_app.command("report")
+def report_cmd(
+    folders: Annotated[list[Path], typer.Argument(help="Study folders; cells of later folders win on the same key.")],
+    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Where to write (default: the first folder).")] = None,
+) -> None:
+    """Write REPORT.md, report.html and figures from the logs alone (nothing is re-run)."""
+    from kernelwright.report.study_report import ReportError, write_report
+
+    try:
+        written = write_report(folders, out_dir)
+    except ReportError as e:
+        fail(str(e))
+    for what, path in written.items():
+        out.print(f"{what:10s} {path}", highlight=False, soft_wrap=True)
+
+
+@study_app.command("export")
+def export_cmd(
+    folders: Annotated[list[Path], typer.Argument(help="Study folders.")],
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for sft.jsonl, preferences.jsonl, reflections.jsonl.")],
+) -> None:
+    """Write SFT pairs, preference pairs and reflection triples as JSONL, each with its attempt ids."""
+    from kernelwright.report.export import export
+
+    for f in folders:
+        if not (f / "cells.jsonl").is_file():
+            fail(f"{f} is not a study folder (no cells.jsonl)")
+    for name, count in export(folders, out_dir).items():
+        out.print(f"{count:6d} {out_dir / name}", highlight=False, soft_wrap=True)

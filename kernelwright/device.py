@@ -1,0 +1,198 @@
+"""Whoever measures time on a device, or runs a model on it, holds that device meanwhile.
+
+A time measured while something else runs on the same device (another candidate's timing, a
+profile, a model generating) is skewed. So every timing (`measure.timing.time_calls`: the
+evaluator's worker, the analysis profile, optimize's baselines), the profiler run, the CPU peak
+measurement, and a study's model while it generates, hold an flock on
+`<lock dir>/<device>.lock`. The folder is one per machine (KERNELWRIGHT_LOCK_DIR, default
+/tmp/kernelwright-device-locks), so threads, sandboxed workers and separate kernelwright runs (two
+studies, a study and an optimize run) all take turns on a device. The kernel drops an flock when
+its holder dies, so a killed run never leaves a device locked. Within one thread the lock is
+re-entrant (a worker holds it across the candidate's and the reference's timing, each of which
+takes it again).
+
+A reader-writer lock: measurements hold it exclusively; an evaluation's correctness, re-check and
+work stages and a model generating (work on the device, but no clock) hold it shared
+(`shared=True`), so they run side by side with each other but never during another process's
+timing, and a timing waits until they are done. Builds and scaffold planning take nothing (a study
+plans before it evaluates anything). `waited` says how long the last acquisition waited (recorded with timings).
+
+Waiting for the exclusive hold is first come, first served against later shared requests: flock
+alone prefers readers, so a stream of overlapping correctness runs (two studies on one GPU) kept a
+timing waiting until its evaluation timed out (H200, 2026-12-02). A gate file beside the lock
+(`<lock>.gate`) is taken exclusively by every acquirer only while it waits: a timing waiting for
+the lock holds the gate, so a later shared request queues behind it instead of slipping past.
+
+A second lock per device, `kind="admission"`, is about memory, not time: every evaluation holds it
+shared from start to end (in the evaluating process, outside the sandbox), and a candidate that ran
+out of memory beside others is re-run holding it exclusively, so with nothing else of ours on the
+device (evaluator.run_prepared).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+from kernelwright.errors import EvaluatorError, GPUUnavailableError
+
+_held = threading.local()  # path -> [open file, stack of modes (True: exclusive)], per thread
+
+
+def device_key(device: str) -> str:
+    """`cuda` and `cuda:0` are one GPU (validate_device keeps `cuda` as is in compile-only mode)."""
+    device = str(device).strip().lower()
+    return "cuda:0" if device == "cuda" else device
+
+
+def lock_dir() -> Path:
+    return Path(os.environ.get("KERNELWRIGHT_LOCK_DIR") or "/tmp/kernelwright-device-locks")
+
+
+def lock_path(device: str, kind: str = "") -> Path:
+    return lock_dir() / f"{device_key(device)}{'.' + kind if kind else ''}.lock"
+
+
+def _open(path: Path) -> IO[str]:
+    fresh = not path.parent.exists()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fresh:
+        try:  # shared by every user of the machine, like /tmp itself
+            os.chmod(path.parent, 0o1777)
+        except OSError:
+            pass
+    try:
+        f = open(path, "a")
+    except OSError:
+        # a confined worker sees the lock folder read-only (confine.py): flock needs no
+        # write access, and the file was made by the evaluating process before the worker started
+        return open(path, "r")
+    try:
+        os.chmod(path, 0o666)
+    except OSError:
+        pass  # another user's file: we can still lock it
+    return f
+
+
+def gate_path(path: Path) -> Path:
+    return path.with_name(path.name + ".gate")
+
+
+def prepare(device: str) -> Path:
+    """Make `device`'s lock file and its gate now, so a worker that sees the folder read-only can
+    still lock them; returns the folder, which the sandbox binds into the worker's view."""
+    path = lock_path(device)
+    _open(path).close()
+    _open(gate_path(path)).close()
+    return path.parent
+
+
+class DeviceLock:
+    """A reusable context manager holding `device`, exclusively or `shared` (module docstring)."""
+
+    def __init__(self, device: str, shared: bool = False, kind: str = "") -> None:
+        self.path = lock_path(device, kind)
+        self.exclusive = not shared
+        self.waited = 0.0
+
+    def _flock(self, f: IO[str], exclusive: bool) -> None:
+        """Take the lock through its gate (module docstring): whoever waits holds the gate."""
+        start = time.monotonic()
+        with _open(gate_path(self.path)) as gate:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        self.waited = time.monotonic() - start  # closing the gate's descriptor let the next one in
+
+    def __enter__(self) -> DeviceLock:
+        held = _held.__dict__.setdefault("files", {})
+        entry = held.get(self.path)
+        if entry is None:
+            f = _open(self.path)
+            self._flock(f, self.exclusive)
+            held[self.path] = [f, [self.exclusive]]
+            return self
+        f, modes = entry
+        now = modes[-1]
+        want = now or self.exclusive  # within a thread an exclusive hold covers a shared request
+        if want and not now:
+            # shared -> exclusive: let go first, as flock's conversion would, so that two holders
+            # upgrading at once cannot each wait for the other behind the gate
+            fcntl.flock(f, fcntl.LOCK_UN)
+            self._flock(f, True)
+        else:
+            self.waited = 0.0
+        modes.append(want)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        held = _held.__dict__["files"]
+        f, modes = held[self.path]
+        mode = modes.pop()
+        if not modes:
+            del held[self.path]
+            f.close()  # closing the descriptor drops the flock
+        elif mode and not modes[-1]:
+            fcntl.flock(f, fcntl.LOCK_SH)  # back to the shared hold this thread had
+
+
+def validate_device(device: str, compile_only: bool = False) -> str:
+    d = device.strip().lower()
+    if d == "cpu":
+        return d
+    if d == "cuda" or (d.startswith("cuda:") and d[5:].isdigit()):
+        if compile_only:
+            return d
+        import torch
+
+        if not torch.cuda.is_available():
+            raise EvaluatorError(f"device {device!r}: no CUDA GPU is visible here (use --device cpu; "
+                                 "`kernelwright eval --compile-only` builds CUDA sources without a GPU)")
+        index = int(d[5:]) if ":" in d else torch.cuda.current_device()
+        if index >= torch.cuda.device_count():
+            raise EvaluatorError(f"device {device!r}: only {torch.cuda.device_count()} GPU(s) visible")
+        return f"cuda:{index}"
+    raise EvaluatorError(f"unknown device {device!r}: use cpu, cuda or cuda:N")
+
+
+def resolve_size(device: str, size: str = "auto") -> str:
+    """The problem size a task runs at (its KERNELWRIGHT_SIZE): `auto` is full size on a GPU and
+    small on the CPU. The one place for this rule: the evaluator, analysis, scaffold planning and
+    optimize's baselines must agree, or they measure different problems."""
+    if size in ("small", "full"):
+        return size
+    if size != "auto":
+        raise ValueError(f"size must be small, full or auto, not {size!r}")
+    return "small" if device == "cpu" else "full"
+
+
+def cuda_arch(device: str) -> str:
+    """The capability of `device` as the worker writes it ("9.0" on an H200), asked of a child
+    process so this one never creates a CUDA context."""
+    import subprocess
+
+    index = int(device.split(":")[1]) if ":" in device else 0
+    code = f"import torch; print('%d.%d' % torch.cuda.get_device_capability({index}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise GPUUnavailableError(device)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def available_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def device_kind(device: str) -> str:
+    return "cpu" if device == "cpu" else "cuda"
+
+
+def default_target(device: str) -> str:
+    return "cpp" if device == "cpu" else "cuda"

@@ -1,1 +1,0 @@
-"""Running kernelwright's evaluations on more than one machine (Ray)."""

@@ -1,0 +1,330 @@
+"""EvalPool: evaluate many candidates fast on one machine, with the evaluator's guarantees intact.
+
+    with EvalPool(PoolConfig(devices=["cuda:0", "cuda:1"])) as pool:
+        futures = [pool.submit(task, text, cfg) for task, text in candidates]
+        results = [f.result() for f in futures]
+
+How the work flows, and why:
+- In the caller: extraction, parsing and the static rules (`precheck`) - cheap, no process.
+- Exact duplicates (same task, code and settings) are evaluated once; each gets a copy (dedupe.py).
+- A candidate that builds an extension (load_inline/load) first goes to a *compile slot*: a
+  sandboxed child imports it with nothing else (a "prebuild"), so its build lands in the
+  content-hash cache under the candidate's scope (buildcache.py: keyed by sources, flags, arch and
+  torch version, verified by sha256) exactly as the evaluation would build it. Compile slots run on the CPU cores in parallel
+  while the device slots evaluate what is already built. A build that fails decides the verdict
+  there (compile_error / hallucinated_api: the evaluation would stop at the same import); any
+  other outcome (built, timed out, crashed) goes on to a full evaluation, which decides.
+- One *device slot* per device runs full evaluations one at a time, so timings never overlap.
+- Every evaluation is still a fresh interpreter (sandbox.py): a slot is reused across candidates,
+  its processes are not. What a slot keeps warm is the next process, started ahead with torch
+  already imported, so the import is off the critical path. A slot is recycled (spare discarded)
+  after a timeout, a crash or a CUDA error, so nothing started
+  next to a bad kernel serves the next candidate.
+- Every worker process has its own scratch folder (sandbox.py), its only writable place: its
+  builds, TORCH_EXTENSIONS_DIR and TRITON_CACHE_DIR live there, and the parent promotes its
+  builds into the cache under the candidate's scope afterwards (buildcache.py). Each slot sets
+  MAX_JOBS so the compile slots together use the cores and no more, and TORCH_CUDA_ARCH_LIST = the capability of the GPU the candidate will run on (the same string the
+  worker sets, so the build keys match).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
+
+from kernelwright.device import available_cores, cuda_arch, device_key, validate_device
+from kernelwright.errors import GPUUnavailableError
+from kernelwright.evaluate import sandbox
+from kernelwright.evaluate.evaluator import EvalConfig, Prepared, check_gpu_after, precheck, run_prepared
+from kernelwright.executors.dedupe import LinkTable, result_key
+from kernelwright.records import EvalResult, Stage, Task, Verdict
+
+log = logging.getLogger(__name__)
+
+# A prebuild that ends with one of these decided the candidate: the evaluation would stop at the
+# same import with the same build error.
+BUILD_VERDICTS = (Verdict.COMPILE_ERROR, Verdict.HALLUCINATED_API)
+# Text of a CUDA error in a candidate's runtime error: the slot is recycled after it.
+CUDA_ERROR_MARKS = ("CUDA error", "cudaError", "illegal memory access", "device-side assert", "CUBLAS_STATUS",
+                    "misaligned address", "unspecified launch failure")
+
+
+def builds_extension(code: str) -> bool:
+    """Whether a prebuild can do anything: only torch extension builds are cached ahead. (Triton
+    compiles at a kernel's first launch, on the device: there is nothing to build before.)"""
+    return "load_inline" in code or "cpp_extension" in code
+
+
+@dataclass
+class PoolConfig:
+    devices: list[str] = field(default_factory=lambda: ["cpu"])
+    compile_workers: int = 0  # 0: half the cores, at most 8, at least 1
+    prewarm: bool = True  # keep the next worker process started (torch imported) in every slot
+    dedupe: bool = True
+    prebuild: bool = True  # False: every build happens in the device slot (one at a time)
+
+
+@dataclass
+class PoolStats:
+    submitted: int = 0
+    decided_before_sandbox: int = 0  # no code, syntax, static rules
+    linked_duplicates: int = 0
+    prebuilt: int = 0
+    decided_at_build: int = 0
+    evaluated: int = 0
+    recycled: int = 0  # filled by EvalPool.snapshot()
+
+
+class Slot:
+    """One worker of the pool: its folders, its environment additions and its warm spare.
+    `run` has sandbox.run_job's signature, so the evaluator runs its job through it."""
+
+    def __init__(self, name: str, max_jobs: int, prewarm: bool, overlap: bool,
+                 extra_env: Optional[dict[str, str]] = None) -> None:
+        self.name, self.max_jobs = name, max_jobs
+        self.prewarm, self.overlap = prewarm, overlap
+        self.extra_env = dict(extra_env or {})
+        self._spare: Optional[sandbox.Spawned] = None
+        self.recycled = 0
+
+    def env_for(self, env: dict[str, str]) -> dict[str, str]:
+        return {**env, "MAX_JOBS": str(self.max_jobs), **self.extra_env}
+
+    def run(self, job: dict[str, Any], *, timeout: float, env: dict[str, str],
+            held: sandbox.Confine) -> sandbox.SandboxOutcome:
+        env = self.env_for(env)
+        sp = self._take_spare(env, held)
+        if sp is None:
+            sp = sandbox.spawn(env, held)
+        if self.prewarm and self.overlap:
+            # start the next one now: its torch import overlaps this evaluation (GPU or build)
+            self._spare = sandbox.spawn(env, held)
+        outcome = sandbox.run_spawned(sp, job, timeout=timeout)
+        if needs_recycle(outcome):
+            self.recycle()
+        if self.prewarm and self._spare is None:
+            # on a CPU device the import would compete with the timing: start it after
+            self._spare = sandbox.spawn(env, held)
+        return outcome
+
+    def _take_spare(self, env: dict[str, str], held: sandbox.Confine) -> Optional[sandbox.Spawned]:
+        sp, self._spare = self._spare, None
+        if sp is None:
+            return None
+        if sp.env != env or sp.held != held or sp.proc.poll() is not None:  # other settings, or it died
+            sandbox.discard(sp)
+            return None
+        return sp
+
+    def recycle(self) -> None:
+        """After a bad candidate: nothing started beside it serves the next one."""
+        self.recycled += 1
+        self.discard_spare()
+
+    def discard_spare(self) -> None:
+        sp, self._spare = self._spare, None
+        if sp is not None:
+            sandbox.discard(sp)
+
+
+def needs_recycle(outcome: sandbox.SandboxOutcome) -> bool:
+    if outcome.timed_out or outcome.final is None:
+        return True
+    final = outcome.final
+    if final.get("verdict") == "crash":  # the judge outlived the candidate's process and said so
+        return True
+    text = f"{final.get('error') or ''}"
+    return final.get("verdict") == "runtime_error" and any(m in text for m in CUDA_ERROR_MARKS)
+
+
+@dataclass
+class _Job:
+    task: Task
+    pre: Prepared
+    cfg: EvalConfig
+    fut: Future
+    key: Optional[str]
+    prebuild_s: float = 0.0
+
+
+_STOP = object()
+
+
+class EvalPool:
+    def __init__(self, config: Optional[PoolConfig] = None) -> None:
+        self.config = config or PoolConfig()
+        devices = [d.strip().lower() for d in self.config.devices]
+        if not devices:
+            raise ValueError("EvalPool needs at least one device")
+        self.cores = available_cores()
+        n_compile = self.config.compile_workers or max(1, min(8, self.cores // 2))
+        self._arch: dict[str, str] = {}
+        self.stats = PoolStats()
+        self._links = LinkTable()
+        self._lock = threading.Lock()
+        self._arch_lock = threading.Lock()
+        self._lost: set[str] = set()
+        self._compile_q: queue.Queue = queue.Queue()
+        self._device_q: dict[str, queue.Queue] = {}
+        self._compile_threads: list[tuple[queue.Queue, threading.Thread]] = []
+        self._device_threads: list[tuple[queue.Queue, threading.Thread]] = []
+        self._slots: list[Slot] = []
+        cuda = any(d.startswith("cuda") for d in devices)
+        # The compile slots share the cores: MAX_JOBS each so ninja never runs more than the cores.
+        per_build = max(1, self.cores // n_compile)
+        for i in range(n_compile if self.config.prebuild else 0):
+            # Builds never need a GPU: hiding it keeps a candidate's import-time CUDA calls off the
+            # GPUs the device slots are timing on.
+            hide = {"CUDA_VISIBLE_DEVICES": ""} if cuda else {}
+            slot = Slot(f"compile{i}", per_build, self.config.prewarm,
+                        overlap=True, extra_env=hide)
+            self._start(slot, self._compile_q, self._prebuild_one)
+        for d in devices:
+            d = device_key(d)
+            self._device_q[d] = queue.Queue()
+            # a device slot builds only what a prebuild could not (rare): one job is enough
+            slot = Slot(d.replace(":", ""), 1, self.config.prewarm,
+                        overlap=d.startswith("cuda"))
+            self._start(slot, self._device_q[d], self._evaluate_one)
+
+    # -- public ---------------------------------------------------------------------------------
+
+    def submit(self, task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None) -> Future:
+        """Queue one candidate; the Future gives its EvalResult (or GPUUnavailableError)."""
+        cfg = replace(cfg or EvalConfig())
+        cfg.device = validate_device(cfg.device, cfg.compile_only)
+        if device_key(cfg.device) not in self._device_q:
+            raise ValueError(f"device {cfg.device} is not in this pool ({', '.join(self._device_q)})")
+        with self._lock:
+            self.stats.submitted += 1
+        pre = precheck(task, candidate_text, cfg)
+        if isinstance(pre, EvalResult):
+            with self._lock:
+                self.stats.decided_before_sandbox += 1
+            done: Future = Future()
+            done.set_result(pre)
+            return done
+        key = result_key(task, pre.code_hash, cfg) if self.config.dedupe else None
+        if key is not None:
+            mine, work = self._links.claim(key)
+            if work is None:
+                with self._lock:
+                    self.stats.linked_duplicates += 1
+                return mine
+        else:
+            mine = work = Future()
+        job = _Job(task=task, pre=pre, cfg=cfg, fut=work, key=key)
+        if self.config.prebuild and not cfg.compile_only and builds_extension(pre.code):
+            self._compile_q.put(job)
+        else:
+            self._device_q[device_key(cfg.device)].put(job)
+        return mine
+
+    def evaluate(self, task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None) -> EvalResult:
+        """The executor interface: blocking, safe to call from many threads at once."""
+        return self.submit(task, candidate_text, cfg).result()
+
+    def snapshot(self) -> PoolStats:
+        with self._lock:
+            return replace(self.stats, recycled=sum(s.recycled for s in self._slots))
+
+    def close(self) -> None:
+        """Stop the slots. Jobs still queued are cancelled (their callers get CancelledError):
+        closing early means the caller stopped waiting (an interrupted study)."""
+        for q in [self._compile_q, *self._device_q.values()]:
+            while True:
+                try:
+                    job = q.get_nowait()
+                except queue.Empty:
+                    break
+                if job is not _STOP:
+                    job.fut.cancel()
+        # compile slots first: a prebuild that finishes now still hands its job to a device slot
+        for group in (self._compile_threads, self._device_threads):
+            for q, _t in group:
+                q.put(_STOP)
+            for _q, t in group:
+                t.join()
+
+    def __enter__(self) -> EvalPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- slots ------------------------------------------------------------------------------------
+
+    def _start(self, slot: Slot, q: queue.Queue, handle) -> None:
+        def loop() -> None:
+            try:
+                while True:
+                    job = q.get()
+                    if job is _STOP:
+                        return
+                    try:
+                        result = handle(slot, job)
+                    except _Handed:
+                        continue
+                    except BaseException as e:  # noqa: BLE001 - the caller's future carries it
+                        if job.key is not None:
+                            self._links.forget(job.key)
+                        job.fut.set_exception(e)
+                    else:
+                        job.fut.set_result(result)
+            finally:
+                slot.discard_spare()
+
+        self._slots.append(slot)
+        t = threading.Thread(target=loop, name=f"kw-pool-{slot.name}", daemon=True)
+        t.start()
+        (self._compile_threads if q is self._compile_q else self._device_threads).append((q, t))
+
+    def _arch_for(self, device: str) -> str:
+        # its own lock: the probe is a child process (seconds), and the stats lock must not wait on it
+        with self._arch_lock:
+            if device not in self._arch:
+                self._arch[device] = cuda_arch(device)
+            return self._arch[device]
+
+    def _prebuild_one(self, slot: Slot, job: _Job) -> EvalResult:
+        cfg = job.cfg
+        if cfg.device.startswith("cuda"):
+            # the build key includes the arch: build for the GPU the candidate will run on
+            cfg = replace(cfg, extra_env={**cfg.extra_env, "TORCH_CUDA_ARCH_LIST": self._arch_for(cfg.device)})
+        built = run_prepared(job.task, job.pre, cfg, slot.run, prebuild=True)
+        with self._lock:
+            self.stats.prebuilt += 1
+        if built.verdict in BUILD_VERDICTS:
+            with self._lock:
+                self.stats.decided_at_build += 1
+            return built
+        # Built (or something the evaluation must judge itself): on to the device slot, which
+        # fills this job's future; _Handed tells the loop not to.
+        job.prebuild_s = sum(s.seconds for s in built.stages)
+        self._device_q[device_key(job.cfg.device)].put(job)
+        raise _Handed()
+
+    def _evaluate_one(self, slot: Slot, job: _Job) -> EvalResult:
+        device = job.cfg.device
+        if device in self._lost:
+            raise GPUUnavailableError(device)
+        result = run_prepared(job.task, job.pre, job.cfg, slot.run)
+        with self._lock:
+            self.stats.evaluated += 1
+        if job.prebuild_s:
+            # the build happened in a compile slot: its time belongs to this candidate
+            result.stages.insert(0, Stage(name="prebuild", seconds=round(job.prebuild_s, 4), ok=True,
+                                          detail="compile slot"))
+        try:
+            return check_gpu_after(result, job.cfg)
+        except GPUUnavailableError:
+            self._lost.add(device)
+            raise
+
+
+class _Handed(Exception):
+    """A prebuild passed its job on to a device slot; nothing to settle yet."""

@@ -1,0 +1,325 @@
+"""The timing protocol, the same for the reference and the candidate.
+
+`time_served_pair` times a candidate against the reference, each served by its own runner process
+(remote.Served), with the judge's clock: the candidate cannot reach the clock, the draws or the
+checks. Every call gets freshly drawn values at a fresh place of the arena (drawn outside the timed
+interval, copied in inside it); the candidate and the reference alternate call by call, so load
+that drifts hits both; the reference runs on its own copy; after each pair of calls, outside the
+interval, the candidate's inputs must equal the reference's (nothing rewritten in place) and its
+output must match the reference's. The L2 (GPU) or last-level (CPU) cache is flushed before every
+call. On the CPU both run with the same thread count, chosen from the cores that are free, and the
+machine's load is recorded. On a GPU the interval ends with a device-wide synchronize in the judge,
+after the runner synchronized its own device, so side-stream work is inside it.
+
+`time_calls` is the plain in-process loop over fixed inputs (CUDA events on a GPU), for trusted
+modules only: profiles and the optimizer's probe.
+
+The clock functions are captured when this module is imported, before anything else runs in the
+process that imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+
+from kernelwright.device import DeviceLock
+from kernelwright.records import TimingStats
+
+_perf_counter = time.perf_counter
+_Event = torch.cuda.Event
+_synchronize = torch.cuda.synchronize
+_elapsed = torch.cuda.Event.elapsed_time
+_record = torch.cuda.Event.record
+_event_sync = torch.cuda.Event.synchronize
+
+CPU_FLUSH_BYTES = 64 * 2**20  # larger than the last-level cache of the machines we run on
+MIN_GPU_FLUSH_BYTES = 256 * 2**20  # H200 L2 is 60 MB; flush with several times that
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    warmup: int = 10
+    iters: int = 100
+    flush_cache: bool = True
+
+
+class _Flusher:
+    def __init__(self, device: torch.device, enabled: bool):
+        self.enabled = enabled
+        self.buf = None
+        if not enabled:
+            return
+        if device.type == "cuda":
+            props = torch.cuda.get_device_properties(device)
+            l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+            nbytes = max(MIN_GPU_FLUSH_BYTES, 4 * l2)
+        else:
+            nbytes = CPU_FLUSH_BYTES
+        self.buf = torch.empty(nbytes // 4, dtype=torch.int32, device=device)
+
+    def __call__(self) -> None:
+        if self.buf is not None:
+            self.buf.fill_(1)  # a write pass evicts whatever the previous call left in cache
+
+
+def _stats(samples_ms: list[float], protocol: str, **conditions: Any) -> TimingStats:
+    q = statistics.quantiles(samples_ms, n=4, method="inclusive") if len(samples_ms) > 1 else [samples_ms[0]] * 3
+    return TimingStats(
+        median_ms=statistics.median(samples_ms),
+        p25_ms=q[0],
+        p75_ms=q[2],
+        mean_ms=statistics.fmean(samples_ms),
+        calls=len(samples_ms),
+        protocol=protocol,
+        **conditions,
+    )
+
+
+class _Clock:
+    """One timed call: flush, then the device's clock around `fn(*args)` (milliseconds)."""
+
+    def __init__(self, device: torch.device, flush_cache: bool):
+        self.cuda = device.type == "cuda"
+        self.flush = _Flusher(device, flush_cache)
+
+    def __call__(self, fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, float]:
+        self.flush()
+        if self.cuda:
+            start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+            _synchronize()
+            _record(start)
+            out = fn(*args)
+            _synchronize()  # device-wide: side-stream work is inside the interval
+            _record(end)
+            _event_sync(end)
+            return out, _elapsed(start, end)
+        t0 = _perf_counter()
+        out = fn(*args)
+        return out, (_perf_counter() - t0) * 1e3
+
+    @property
+    def name(self) -> str:
+        return "cuda-events+device-sync" if self.cuda else "wall-clock"
+
+
+def time_calls(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], device: torch.device,
+               cfg: TimingConfig) -> TimingStats:
+    """Median and IQR of `fn(*inputs)` over `cfg.iters` calls after `cfg.warmup` calls, holding
+    the device (device.py) so no other timing or model runs on it meanwhile."""
+    with DeviceLock(str(device)):
+        return _time_calls(fn, input_sets, device, cfg)
+
+
+def _time_calls(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], device: torch.device,
+                cfg: TimingConfig) -> TimingStats:
+    clock = _Clock(device, cfg.flush_cache)
+    n = len(input_sets)
+    with torch.no_grad():
+        for i in range(cfg.warmup):
+            fn(*input_sets[i % n])
+        if clock.cuda:
+            _synchronize()
+        samples = [clock(fn, input_sets[i % n])[1] for i in range(cfg.iters)]
+    protocol = (f"{clock.name}, {cfg.warmup} warm-up, {cfg.iters} timed calls, "
+                f"{'cache flushed per call' if cfg.flush_cache else 'no cache flush'}, {n} rotating input sets")
+    return _stats(samples, protocol)
+
+
+def faster_beyond_noise(cand: TimingStats, ref: TimingStats) -> bool:
+    """Faster only if the interquartile ranges do not overlap: candidate p75 below reference p25."""
+    return cand.p75_ms < ref.p25_ms
+
+
+# --- the candidate against the reference ------------------------------------------------------
+
+class TimedCallRejected(Exception):
+    """A check between timed calls failed: the candidate gamed (or broke) the timed calls."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason, self.message = reason, message
+
+
+@dataclass
+class PairTiming:
+    candidate: TimingStats
+    reference: TimingStats
+
+
+@dataclass(frozen=True)
+class MachineLoad:
+    load: Optional[float]  # 1-minute load average
+    others_runnable: Optional[int]  # runnable tasks on the machine other than this one
+
+
+def machine_load() -> MachineLoad:
+    """/proc/loadavg's 1-minute average and runnable-task count (this process's one excluded)."""
+    try:
+        with open("/proc/loadavg") as f:
+            fields = f.read().split()
+        return MachineLoad(float(fields[0]), max(0, int(fields[3].split("/")[0]) - 1))
+    except (OSError, ValueError, IndexError):
+        try:
+            return MachineLoad(os.getloadavg()[0], None)
+        except OSError:
+            return MachineLoad(None, None)
+
+
+def free_cpu_threads(load: MachineLoad) -> int:
+    """Intra-op threads to time with: torch's count, but no more than the cores nobody else is
+    running on. A multithreaded reference whose threads wait for a busy core spins at every
+    OpenMP barrier (measured here: 100x slower) while a single-threaded candidate barely notices,
+    so timing both on the free cores keeps the comparison honest."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    busy = load.others_runnable or 0
+    return max(1, min(torch.get_num_threads(), cores - busy))
+
+
+def _tensor_bytes(values: Any) -> int:
+    from kernelwright.measure.compare import flatten
+
+    return sum(t.numel() * t.element_size() for t in flatten(values) if isinstance(t, torch.Tensor))
+
+
+def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
+    """A private copy of an input set: tensors cloned, anything else deep-copied."""
+    import copy
+
+    return [x.clone() if isinstance(x, torch.Tensor) else copy.deepcopy(x) for x in inputs]
+
+
+def _check_call(i: int, cfg: TimingConfig, inputs_unchanged: bool, problem: Optional[str]) -> None:
+    """Raise TimedCallRejected when call `i`'s inputs changed or its output was wrong."""
+    which = f"timed call {i - cfg.warmup + 1}" if i >= cfg.warmup else f"warm-up call {i + 1}"
+    if not inputs_unchanged:
+        raise TimedCallRejected(
+            "modified its inputs in place during timing",
+            f"the candidate resized or rewrote its inputs in place ({which}); the reference's "
+            "inputs after its call differ")
+    if problem:
+        raise TimedCallRejected(
+            "wrong output on timed calls",
+            f"correct in the trials, wrong in the timing loop ({which}): {problem}")
+
+
+def _pair_timing(samples_c: list[float], samples_r: list[float], clock: str, cfg: TimingConfig,
+                 threads: Optional[int], before: MachineLoad, floor_bytes: int,
+                 bandwidth: Optional[float]) -> PairTiming:
+    after = machine_load()
+    floor = floor_bytes / bandwidth * 1e3 if bandwidth else None
+    conditions = dict(checked_calls=cfg.warmup + cfg.iters, threads=threads, load_before=before.load,
+                      load_after=after.load, runnable_before=before.others_runnable,
+                      runnable_after=after.others_runnable, floor_ms=floor)
+    protocol = (f"{clock}, candidate and reference alternating, {cfg.warmup} warm-up, {cfg.iters} timed "
+                f"calls, {'cache flushed per call' if cfg.flush_cache else 'no cache flush'}, fresh inputs "
+                f"per call, every output checked" + (f", {threads} thread(s)" if threads else ""))
+    return PairTiming(_stats(samples_c, protocol, **conditions), _stats(samples_r, protocol, **conditions))
+
+
+def pair_fields(pair: PairTiming, cuda: bool) -> dict[str, Any]:
+    """The record's fields for a candidate timed against the reference (timing, runtime_ms, speedup,
+    faster, flags). Raises TimedCallRejected when the candidate's median is below the physical floor:
+    every output was right and yet no memory system moves those bytes that fast, so the work
+    happened outside the interval (a thread or stream the checks missed)."""
+    from kernelwright.measure.timing_policy import (
+        CPU_FLOOR_MARGIN,
+        CPU_MIN_FLOOR_MS,
+        GPU_FLOOR_MARGIN,
+        GPU_MIN_FLOOR_MS,
+    )
+
+    cand, ref = pair.candidate, pair.reference
+    margin = GPU_FLOOR_MARGIN if cuda else CPU_FLOOR_MARGIN
+    if below_floor(cand, ref, margin, GPU_MIN_FLOOR_MS if cuda else CPU_MIN_FLOOR_MS):
+        raise TimedCallRejected(
+            "time below the physical floor",
+            f"median {cand.median_ms:.4g} ms is below {margin:g}x the physical floor of a call "
+            f"({cand.floor_ms:.4g} ms: its input and output bytes over the memory bandwidth)")
+    speedup = ref.median_ms / cand.median_ms if cand.median_ms > 0 else None
+    fields: dict[str, Any] = {
+        "timing": cand.model_dump(), "ref_timing": ref.model_dump(), "runtime_ms": cand.median_ms,
+        "ref_runtime_ms": ref.median_ms, "speedup": speedup,
+        "faster": bool(speedup and speedup > 1 and faster_beyond_noise(cand, ref)),
+        "flags": ["speedup_above_10x: review before trusting"] if speedup and speedup > 10 else []}
+    return fields
+
+
+def below_floor(cand: TimingStats, ref: TimingStats, margin: float = 0.5, min_floor_ms: float = 0.0) -> bool:
+    """The candidate's median is below `margin` x the physical floor of a call. Only where the floor
+    means something: at least `min_floor_ms` (below that, call overheads dominate) and the trusted
+    reference itself above it (a task whose output is a view of its input moves no bytes at all)."""
+    floor = cand.floor_ms
+    if floor is None or floor < min_floor_ms or ref.median_ms < floor:
+        return False
+    return cand.median_ms < margin * floor
+
+
+# --- the candidate against the reference, each in its own runner process (judge.py) -------------
+
+def time_served_pair(candidate: Any, reference: Any, draw: Callable[[], list[Any]],
+                     check: Callable[[Any, Any], Optional[str]], device: torch.device, cfg: TimingConfig,
+                     bandwidth: Optional[float] = None, threads: Optional[int] = None) -> PairTiming:
+    """time_pair's protocol for models served by runner processes (remote.Served): the judge's
+    clock, the judge's cache flush, the judge's draws and checks; the runners only compute.
+
+    Per call, outside the interval: draw (shared by both), stage (room in each runner's arena,
+    output buffers pre-filled with NaN), flush. Inside: write the inputs into the arena, request,
+    reply, copy the outputs out. So a call's inputs are nowhere the runner can read before the
+    clock starts, and every output byte checked was in place before it stopped. Both runners pay
+    the same copies and round trip, which dilutes a speedup towards 1, never away from it.
+    """
+    from kernelwright.measure.compare import identical
+
+    cuda = device.type == "cuda"
+    flush = _Flusher(device, cfg.flush_cache)
+    before = machine_load()
+    threads = (threads or free_cpu_threads(before)) if not cuda else None
+    samples_c: list[float] = []
+    samples_r: list[float] = []
+    floor_bytes = 0
+
+    def timed(served: Any, staged: Any) -> tuple[Any, float]:
+        flush()
+        if cuda:
+            _synchronize()
+        t0 = _perf_counter()
+        out = served.run(staged)
+        if cuda:
+            _synchronize()  # the judge's copies of the outputs are done
+        return out, (_perf_counter() - t0) * 1e3
+
+    with DeviceLock(str(device)), torch.no_grad():
+        if threads is not None:
+            candidate.threads(threads)
+            reference.threads(threads)
+        try:
+            for i in range(cfg.warmup + cfg.iters):
+                inputs = draw()
+                staged_c, staged_r = candidate.stage(inputs), reference.stage(inputs)
+                # who goes first alternates: a call that follows the judge's own work (draw, stage,
+                # check) and one that follows the other's call are not alike on a busy machine
+                if i % 2 == 0:
+                    out_c, ms_c = timed(candidate, staged_c)
+                    out_r, ms_r = timed(reference, staged_r)
+                else:
+                    out_r, ms_r = timed(reference, staged_r)
+                    out_c, ms_c = timed(candidate, staged_c)
+                if i >= cfg.warmup:
+                    samples_c.append(ms_c)
+                    samples_r.append(ms_r)
+                same = identical(candidate.inputs_after(staged_c), reference.inputs_after(staged_r))
+                _check_call(i, cfg, same, check(out_r, out_c))
+                floor_bytes = _tensor_bytes(inputs) + _tensor_bytes(out_r)
+        finally:
+            if threads is not None:
+                candidate.threads(None)
+                reference.threads(None)
+    clock = (f"{'wall-clock+device-sync' if cuda else 'wall-clock'} in the judge around each runner's request "
+             "and reply (inputs copied in, outputs copied out)")
+    return _pair_timing(samples_c, samples_r, clock, cfg, threads, before, floor_bytes, bandwidth)

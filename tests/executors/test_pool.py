@@ -1,0 +1,138 @@
+"""EvalPool on the CPU: real sandboxed children, real C++ builds, against the plain evaluator.
+
+The pool must change how fast verdicts come, never what they are."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kernelwright.device import available_cores
+from kernelwright.evaluate import evaluate
+from kernelwright.evaluate.evaluator import EvalConfig, precheck, run_prepared
+from kernelwright.executors.dedupe import result_key
+from kernelwright.executors.pool import EvalPool, PoolConfig, Slot
+from kernelwright.records import Verdict
+from kernelwright.tasks import load_task
+from tests.conftest import CANDIDATES, TASKS
+
+CPU = CANDIDATES / "cpu"
+GPU = CANDIDATES / "gpu"
+
+
+@pytest.fixture(scope="module")
+def bias_relu():
+    return load_task(str(TASKS / "bias_relu.py"))
+
+
+def text(name: str, folder: Path = CPU) -> str:
+    return (folder / name).read_text()
+
+
+@pytest.mark.build
+def test_pool_gives_the_evaluators_verdicts_and_links_duplicates(bias_relu, fast_cfg):
+    cfg = fast_cfg()
+    names = ["correct_cpp.py", "wrong_cpp.py", "correct_cpp.py", "torch_only.py", "cpp_syntax_error.py",
+             "syntax_error.py"]
+    expected = [Verdict.CORRECT, Verdict.WRONG_OUTPUT, Verdict.CORRECT, Verdict.NO_CUSTOM_KERNEL,
+                Verdict.COMPILE_ERROR, Verdict.SYNTAX_ERROR]
+    with EvalPool(PoolConfig(devices=["cpu"], compile_workers=1)) as pool:
+        futures = [pool.submit(bias_relu, text(n), cfg) for n in names]
+        results = [f.result(timeout=900) for f in futures]
+        stats = pool.snapshot()
+    assert [r.verdict for r in results] == expected
+    # the duplicate was evaluated once: same record, but each caller owns its copy
+    assert stats.linked_duplicates == 1 and results[0] == results[2] and results[0] is not results[2]
+    assert stats.decided_before_sandbox == 1  # the Python syntax error never reached a process
+    # correct, wrong (same extension source: one build in the cache) and the broken C++ were prebuilt
+    assert stats.prebuilt == 3 and stats.decided_at_build == 1 and stats.evaluated == 3
+    built = results[0]
+    assert built.stages[0].name == "prebuild" and built.custom_kernel and built.compiled
+    # a build error decided in a compile slot reads exactly like the evaluator's own record
+    broken = results[4]
+    assert not broken.compile_only and broken.device == "cpu" and not broken.compiled
+    assert "expected" in (broken.error or "")
+    direct = evaluate(bias_relu, text("cpp_syntax_error.py"), replace(cfg))
+    assert direct.verdict == broken.verdict and direct.error == broken.error
+
+
+def test_slot_is_recycled_after_timeout_and_crash_and_the_next_verdict_is_clean(bias_relu, fast_cfg):
+    cfg = fast_cfg(timeout=20.0)
+    with EvalPool(PoolConfig(devices=["cpu"], compile_workers=1)) as pool:
+        spin = pool.submit(bias_relu, text("spin_python.py"), cfg).result(timeout=300)
+        # os._exit is a static violation first; with the rules off it reaches a process and crashes it
+        crash = pool.submit(bias_relu, text("os_exit.py"), replace(cfg, static_checks=False)).result(timeout=300)
+        after = pool.submit(bias_relu, text("torch_only.py"), cfg).result(timeout=300)
+        stats = pool.snapshot()
+    assert spin.verdict == Verdict.TIMEOUT and crash.verdict == Verdict.CRASH
+    assert stats.recycled == 2
+    assert after.verdict == Verdict.NO_CUSTOM_KERNEL and after.correct
+
+
+def test_a_slot_runs_prewarmed_workers_each_with_its_own_scratch(bias_relu, fast_cfg, tmp_path):
+    cfg = fast_cfg()
+    slot = Slot("s0", max_jobs=1, prewarm=True, overlap=False)
+    assert slot.env_for({"PATH": "/usr/bin"})["MAX_JOBS"] == "1"
+    pre = precheck(bias_relu, text("torch_only.py"), cfg)
+    try:
+        first = run_prepared(bias_relu, pre, cfg, slot.run)
+        spare = slot._spare
+        assert spare is not None and spare.proc.poll() is None  # the next worker waits, torch imported
+        scratch = spare.scratch
+        second = run_prepared(bias_relu, pre, cfg, slot.run)
+        assert spare.proc.poll() is not None  # ... and it was the one that ran the second job
+        assert first.verdict == second.verdict == Verdict.NO_CUSTOM_KERNEL
+        assert second.confinement.trusted
+        # its scratch (its only writable folder) went with it; the next spare has a fresh one
+        assert not os.path.exists(scratch) and slot._spare.scratch != scratch
+        slot.recycle()
+        assert slot._spare is None and slot.recycled == 1
+    finally:
+        slot.discard_spare()
+
+
+def test_compile_slots_never_run_more_jobs_than_cores():
+    with EvalPool(PoolConfig(devices=["cpu"], compile_workers=2)) as pool:
+        compile_slots = [s for s in pool._slots if s.name.startswith("compile")]
+        assert len(compile_slots) == 2
+        assert sum(s.max_jobs for s in compile_slots) <= max(2, available_cores())
+
+
+def test_dedupe_key_is_task_code_and_settings(bias_relu):
+    cfg = EvalConfig(device="cpu")
+    key = result_key(bias_relu, "abc", cfg)
+    assert key == result_key(bias_relu, "abc", replace(cfg, keep_workdir=True))
+    assert key != result_key(bias_relu, "abd", cfg)
+    assert key != result_key(bias_relu, "abc", replace(cfg, trials=3))
+    other = load_task("builtin/L1/02_bias_add")
+    assert key != result_key(other, "abc", cfg)
+
+
+@pytest.mark.gpu
+def test_pool_on_a_gpu_recycles_after_an_illegal_address(tmp_path):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible")
+    task = load_task(str(TASKS / "bias_relu.py"))
+    cfg = EvalConfig(device="cuda:0", trials=3, warmup=3, iters=20, input_sets=4, cache_dir=str(tmp_path))
+    names = ["correct_cuda.py", "illegal_address_cuda.py", "correct_cuda.py", "correct_triton.py"]
+    with EvalPool(PoolConfig(devices=["cuda:0"])) as pool:
+        results = [pool.submit(task, text(n, GPU), cfg).result(timeout=900) for n in names]
+        stats = pool.snapshot()
+    direct = [evaluate(task, text(n, GPU), replace(cfg)).verdict for n in names]
+    assert [r.verdict for r in results] == direct
+    assert stats.linked_duplicates == 1 and stats.recycled >= 1
+
+
+@pytest.mark.build
+def test_closing_cancels_what_never_ran_and_every_duplicate_copy_with_it(bias_relu, fast_cfg):
+    cfg = fast_cfg()
+    pool = EvalPool(PoolConfig(devices=["cpu"], compile_workers=1, prewarm=False))
+    texts = [text("correct_cpp.py"), text("wrong_cpp.py"), text("wrong_cpp.py")]  # the last two are one job
+    futures = [pool.submit(bias_relu, t, cfg) for t in texts]
+    pool.close()  # the compile slot holds the first build; the second job is still queued
+    assert all(f.done() for f in futures[1:]) and all(f.cancelled() for f in futures[1:])
