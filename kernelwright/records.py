@@ -2,7 +2,9 @@
 
 This module is the table of contents of the data model. Every record that is written to disk
 or sent between processes is a pydantic model defined here, so there is one place for each
-field's name and meaning. `SCHEMA_VERSION` changes whenever a stored field changes meaning.
+field's name and meaning. `SCHEMA_VERSION` (one for every stored record: results, attempts, cells,
+scaffold plans, analyses) changes whenever a stored field changes meaning; a record written under a
+newer one is refused when read (`Versioned`), never misread.
 """
 
 from __future__ import annotations
@@ -11,9 +13,29 @@ import enum
 import hashlib
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from kernelwright.errors import BadInput
 
 SCHEMA_VERSION = 1
+
+
+class NewerSchema(BadInput, ValueError):
+    """A stored record was written by a newer kernelwright (its schema_version is above ours)."""
+
+
+class Versioned(BaseModel):
+    """A record that is stored or sent between processes: it says which schema it was written under."""
+
+    schema_version: int = SCHEMA_VERSION
+
+    @field_validator("schema_version")
+    @classmethod
+    def _not_newer(cls, v: int) -> int:
+        if v > SCHEMA_VERSION:
+            raise NewerSchema(f"written under record schema {v}, and this kernelwright reads up to schema "
+                              f"{SCHEMA_VERSION}: read it with a newer kernelwright")
+        return v
 
 
 def sha256_text(text: str) -> str:
@@ -45,9 +67,41 @@ class Verdict(str, enum.Enum):
     # because a sample more answers agreed on was built first and verified (strategies/search.py).
     NOT_BUILT = "not_built"
 
+    # What each group of verdicts means, asked of the verdict (one place for every such group).
+
     @property
     def is_failure_to_build(self) -> bool:
         return self in (Verdict.COMPILE_ERROR, Verdict.HALLUCINATED_API, Verdict.SYNTAX_ERROR, Verdict.NO_CODE)
+
+    @property
+    def outputs_match(self) -> bool:
+        """The candidate's outputs matched the reference's (with or without custom code)."""
+        return self in (Verdict.CORRECT, Verdict.NO_CUSTOM_KERNEL)
+
+    @property
+    def build_failed(self) -> bool:
+        """The build (or the import it ends in) failed: decided before any forward ran."""
+        return self in (Verdict.COMPILE_ERROR, Verdict.HALLUCINATED_API)
+
+    @property
+    def compiles(self) -> bool:
+        """False when the source never became a module (a build error, bad syntax)."""
+        return self not in (Verdict.COMPILE_ERROR, Verdict.HALLUCINATED_API, Verdict.SYNTAX_ERROR)
+
+    @property
+    def built(self) -> bool:
+        """Reached only after the candidate's code built and imported."""
+        return self in BUILT_VERDICTS
+
+    @property
+    def decided_before_build(self) -> bool:
+        """Reached by the parent's checks, or (search) a pre-check pass left unbuilt."""
+        return self in DECIDED_BEFORE_BUILD
+
+    @property
+    def may_have_hung_the_device(self) -> bool:
+        """The candidate's process was killed or died: its device must be probed before reuse."""
+        return self in (Verdict.TIMEOUT, Verdict.CRASH)
 
 
 # Verdicts the evaluator reaches before any build (the parent's checks) or that say none was made
@@ -173,10 +227,9 @@ class Confinement(BaseModel):
     trusted: bool = False
 
 
-class EvalResult(BaseModel):
+class EvalResult(Versioned):
     """The one record the evaluator returns for a candidate; `--json` prints exactly this."""
 
-    schema_version: int = SCHEMA_VERSION
     verdict: Verdict
     compiled: bool = False
     correct: bool = False
@@ -235,11 +288,10 @@ class Usage(BaseModel):
     latency_s: float = 0.0
 
 
-class Attempt(BaseModel):
+class Attempt(Versioned):
     """One generated candidate and everything that happened to it. Every candidate a regime
     generates becomes an Attempt, kept or not: the study log holds one line per Attempt."""
 
-    schema_version: int = SCHEMA_VERSION
     id: str  # "<cell key>/t<turn>/s<sample>", unique within a study
     task_id: str
     regime: str  # the regime spec, e.g. "agentic+no_retrieval"
@@ -261,11 +313,10 @@ class Attempt(BaseModel):
     notes: dict[str, Any] = Field(default_factory=dict)  # regime-specific facts (scaffold, parent id)
 
 
-class Cell(BaseModel):
+class Cell(Versioned):
     """The outcome of one regime on one task: all its attempts, and the one the evaluator's
     records selected (never the model's own judgment)."""
 
-    schema_version: int = SCHEMA_VERSION
     key: str  # "<config hash>/<regime>/<task id>"
     task_id: str
     regime: str

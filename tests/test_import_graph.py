@@ -2,7 +2,8 @@
 higher one (../shared/ARCHITECTURE.md: folders in pipeline order, each importing only from below).
 
 Every `import` and `from ... import` in the package counts, also those inside functions (a lazy
-import still ties the two modules together). `from pkg import name` is an edge to `pkg.name` when
+import still ties the two modules together); only those under `if TYPE_CHECKING:` do not (no module
+ever loads them). `from pkg import name` is an edge to `pkg.name` when
 that is a module (importing a submodule is not a dependency on the package's other contents).
 """
 
@@ -59,7 +60,11 @@ def _edges(mods: dict[str, Path]) -> dict[str, set[str]]:
     edges: dict[str, set[str]] = defaultdict(set)
     for name, path in mods.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and _type_checking_only(node):
+                node.body = []  # a type checker's import: no module loads it, so it ties nothing together
+        for node in ast.walk(tree):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -76,6 +81,12 @@ def _edges(mods: dict[str, Path]) -> dict[str, set[str]]:
                 if found and found != name:
                     edges[name].add(found)
     return edges
+
+
+def _type_checking_only(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def _unit(module: str) -> str:

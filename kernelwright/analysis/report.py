@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from kernelwright.analysis.types import (
-    SCHEMA_VERSION,
     Classification,
     EpilogueChain,
     GraphSummary,
@@ -22,6 +21,7 @@ from kernelwright.analysis.types import (
     ProfileReport,
     Roofline,
 )
+from kernelwright.records import Versioned
 
 MAX_OPS_LISTED = 40
 
@@ -39,8 +39,7 @@ def summarize(graph: OpGraph) -> GraphSummary:
         param_bytes=sum(p.meta.nbytes for p in graph.params))
 
 
-class TaskAnalysis(BaseModel):
-    schema_version: int = SCHEMA_VERSION
+class TaskAnalysis(Versioned):
     task_id: str
     device: str  # where the reference ran ("cpu", "cuda:0")
     device_name: str  # "cpu" or the GPU's name

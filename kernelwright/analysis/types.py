@@ -13,8 +13,6 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, Field
 
-SCHEMA_VERSION = 1  # bump when a stored field changes meaning
-
 
 class OpKind(str, enum.Enum):
     LIBRARY_HEAVY = "library_heavy"  # GEMM/conv/embedding/attention: cuBLAS/cuDNN territory

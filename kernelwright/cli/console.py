@@ -7,8 +7,9 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
-from kernelwright.errors import EXIT_BAD_INPUT
+from kernelwright.errors import EXIT_BAD_INPUT, KernelwrightError
 
 err = Console(stderr=True)
 out = Console()
@@ -24,3 +25,15 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """One clear line on stderr and a non-zero exit: the contract for bad input."""
     say_error(message)
     raise typer.Exit(code)
+
+
+class Commands(TyperGroup):
+    """The command group every `kernelwright` command runs in: an error of the tree
+    (errors.KernelwrightError) ends it with one line on stderr and the error's own exit code. The one
+    place errors map to exit codes; a command catches only what it must handle otherwise."""
+
+    def invoke(self, ctx):  # type: ignore[no-untyped-def]
+        try:
+            return super().invoke(ctx)
+        except KernelwrightError as e:
+            fail(str(e) or type(e).__name__, e.exit_code)

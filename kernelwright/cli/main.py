@@ -7,26 +7,31 @@ Exit codes: 0 = the command did its job (an evaluation that completed, whatever 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from kernelwright import __version__
+from kernelwright.cli.console import Commands
 
 HELP = ("A local code model rewrites PyTorch modules into custom kernels (C++ on a CPU, CUDA or Triton on a "
         "GPU), and a sandboxed evaluator proves each one: custom code did the work, outputs match, timed by us. "
         "Start with `optimize FILE`; `eval` checks one candidate; `study` runs controlled comparisons. "
         "Exit codes: 0 done, 2 bad input (or a missing requirement, a model that stopped answering, a full disk), "
         "3 a GPU stopped answering, 4 optimize kept nothing faster. `doctor` says what this machine can do.")
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP)
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP, cls=Commands)
 # one home for consoles, exit codes and `fail` (kernelwright/cli/console.py); re-exported for callers
 from kernelwright.cli.console import err, fail, out, say_error
 from kernelwright.device import default_target
-from kernelwright.errors import EXIT_BAD_INPUT, EXIT_GPU_GONE
+from kernelwright.errors import EXIT_BAD_INPUT
+from kernelwright.evaluate.evaluator import EvalConfig
+from kernelwright.records import NewerSchema
 
 
 @app.callback()
@@ -65,12 +70,9 @@ def doctor_cmd() -> None:
 @app.command("tasks")
 def tasks_cmd(spec: str = typer.Argument("builtin", help="A file, a folder, builtin[:levels[:ids]] or kernelbench:ROOT[:levels[:ids]].")) -> None:
     """List the tasks a spec selects."""
-    from kernelwright.tasks import TaskError, load_tasks
+    from kernelwright.tasks import load_tasks
 
-    try:
-        tasks = load_tasks(spec)
-    except TaskError as e:
-        fail(str(e))
+    tasks = load_tasks(spec)
     # plain aligned lines, never cut at the terminal's width: ids and names are what a user copies
     rows = [("id", "level", "name")] + [(t.id, "" if t.level is None else str(t.level), t.name) for t in tasks]
     widths = [max(len(r[i]) for r in rows) for i in range(2)]
@@ -95,22 +97,22 @@ def eval_cmd(
     task: str = typer.Option(..., "--task", "-t", help="A task file, a built-in task id/name, or a spec selecting one task."),
     candidate: Path = typer.Option(..., "--candidate", "-c", help="Python file (or raw model answer) defining ModelNew."),
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
-    timeout: float = typer.Option(240.0, help="Hard wall-clock limit for the whole evaluation, in seconds."),
+    timeout: float = typer.Option(EvalConfig.timeout, help="Hard wall-clock limit for the whole evaluation, in seconds."),
     json_out: bool = typer.Option(False, "--json", help="Print exactly the result record as JSON."),
     compile_only: bool = typer.Option(False, "--compile-only", help="Build only (CUDA sources compile without a GPU)."),
-    trials: int = typer.Option(5, help="Correctness trials, each on fresh random inputs."),
+    trials: int = typer.Option(EvalConfig.trials, help="Correctness trials, each on fresh random inputs."),
     atol: Optional[float] = typer.Option(None, help="Absolute tolerance (default 1e-4 fp32, 1e-2 fp16/bf16)."),
     rtol: Optional[float] = typer.Option(None, help="Relative tolerance (default as atol)."),
-    iters: int = typer.Option(100, help="Timed calls per module."),
-    warmup: int = typer.Option(10, help="Untimed warm-up calls per module."),
+    iters: int = typer.Option(EvalConfig.iters, help="Timed calls per module."),
+    warmup: int = typer.Option(EvalConfig.warmup, help="Untimed warm-up calls per module."),
     size: str = typer.Option("auto", help="Task size: small, full, or auto (small on CPU, full on GPU)."),
-    seed: int = typer.Option(42, help="Base seed for parameters and inputs."),
+    seed: int = typer.Option(EvalConfig.seed, help="Base seed for parameters and inputs."),
     no_timing: bool = typer.Option(False, "--no-timing", help="Check correctness only."),
     unconfined: bool = typer.Option(False, "--unconfined", help=UNCONFINED_HELP),
 ) -> None:
     """Evaluate one candidate against one task: compile, check, prove custom code ran, time."""
-    from kernelwright.evaluate import EvalConfig, EvaluatorError, GPUUnavailableError, evaluate
-    from kernelwright.tasks import TaskError, load_task
+    from kernelwright.evaluate import EvalConfig, GPUUnavailableError, evaluate
+    from kernelwright.tasks import load_task
 
     if size not in ("auto", "small", "full"):
         fail(f"unknown size {size!r}: use small, full or auto")
@@ -120,21 +122,16 @@ def eval_cmd(
         text = candidate.read_text(errors="replace")
     except OSError as e:
         fail(f"cannot read candidate {candidate}: {e.strerror}")
-    try:
-        the_task = load_task(task)
-    except TaskError as e:
-        fail(str(e))
+    the_task = load_task(task)
     try:
         cfg = EvalConfig(device=device, timeout=timeout, trials=trials, atol=atol, rtol=rtol, iters=iters,
                          warmup=warmup, compile_only=compile_only, size=size, seed=seed, time=not no_timing,
                          unconfined=warn_unconfined(unconfined))
         result = evaluate(the_task, text, cfg)
-    except GPUUnavailableError as e:
+    except GPUUnavailableError as e:  # the last candidate's record is still printed where one was asked for
         if e.result is not None and json_out:
             print(e.result.to_json(indent=2))
-        fail(str(e), EXIT_GPU_GONE)
-    except EvaluatorError as e:
-        fail(str(e))
+        raise
     if json_out:
         print(result.to_json(indent=2))
         return
@@ -182,48 +179,51 @@ def run_cmd(
     turns: Optional[int] = typer.Option(None, help="Turns for iterative/agentic (default 3)."),
     seed: int = typer.Option(0, help="Sampling seed."),
     max_tokens: int = typer.Option(1024, help="Decoding budget per generated program."),
-    timeout: float = typer.Option(240.0, help="Evaluation time limit per candidate, seconds."),
-    iters: int = typer.Option(100, help="Timed calls per module."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder for attempts.jsonl and cells.jsonl (appended)."),
+    timeout: float = typer.Option(EvalConfig.timeout, help="Evaluation time limit per candidate, seconds."),
+    iters: int = typer.Option(EvalConfig.iters, help="Timed calls per module."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder to record the run in, as a study folder: manifest.json, attempts.jsonl, cells.jsonl (appended; `kernelwright study report` reads it)."),
     json_out: bool = typer.Option(False, "--json", help="Print the cell record as JSON at the end."),
     scaffold: Optional[bool] = typer.Option(None, "--scaffold/--no-scaffold", help="Scaffolded generation: the system "
                                             "writes the program, the model fills one region (default: on for the "
                                             "embedded models, off for others)."),
     unconfined: bool = typer.Option(False, "--unconfined", help=UNCONFINED_HELP),
+    executor: str = typer.Option("direct", help="Where candidates are evaluated: direct (a sandboxed child each), "
+                                 "local (this machine's pool: duplicates once, builds ahead) or ray."),
 ) -> None:
     """Run one interaction regime on one task with a model, evaluating every candidate."""
-    from kernelwright.evaluate import EvalConfig, EvaluatorError
-    from kernelwright.llm import BackendError, make_backend
+    from kernelwright.evaluate import EvalConfig
+    from kernelwright.executors.base import EXECUTORS, make_executor, opened
+    from kernelwright.llm import make_backend
     from kernelwright.llm.registry import is_embedded
-    from kernelwright.strategies import RegimeError, parse_regime, run_regime
+    from kernelwright.strategies import parse_regime, run_regime
     from kernelwright.strategies.config import check_runnable
-    from kernelwright.tasks import TaskError, load_task
+    from kernelwright.study.spec import EvalSettings
+    from kernelwright.tasks import load_task
 
     tgt = target or default_target(device)
     if tgt not in ("cuda", "triton", "cpp"):
         fail(f"unknown target {tgt!r}: use cuda, triton or cpp")
-    try:
-        config = parse_regime(regime, target=tgt, seed=seed, max_tokens=max_tokens,
-                              scaffold=is_embedded(model) if scaffold is None else scaffold,
-                              **({"n": n} if n is not None else {}), **({"turns": turns} if turns is not None else {}))
-        check_runnable(config)
-        the_task = load_task(task)
-        from kernelwright.device import validate_device
+    if executor not in EXECUTORS:
+        fail(f"unknown executor {executor!r}: use {', '.join(EXECUTORS)}")
+    config = parse_regime(regime, target=tgt, seed=seed, max_tokens=max_tokens,
+                          scaffold=is_embedded(model) if scaffold is None else scaffold,
+                          **({"n": n} if n is not None else {}), **({"turns": turns} if turns is not None else {}))
+    check_runnable(config)
+    the_task = load_task(task)
+    from kernelwright.device import validate_device
 
-        validate_device(device)
-        cfg = EvalConfig(device=device, timeout=timeout, iters=iters, unconfined=warn_unconfined(unconfined))
-        backend = make_backend(model)
-    except (RegimeError, TaskError, EvaluatorError, BackendError) as e:
-        fail(str(e))
-    sink, out_files = _jsonl_sink(out_dir)
+    validate_device(device)
+    cfg = EvalConfig(device=device, timeout=timeout, iters=iters, unconfined=warn_unconfined(unconfined))
+    backend = make_backend(model)
     err.print(f"regime {config.spec} · task {the_task.id} · model {backend.model} · target {tgt} · device {device}")
     try:
-        cell = run_regime(the_task, backend, config, cfg, sink=sink, progress=_print_progress)
-    except (EvaluatorError, BackendError) as e:
-        fail(str(e))
-    if out_files:
-        with open(out_files[1], "a") as f:
-            f.write(cell.model_dump_json() + "\n")
+        with _cell_log(out_dir, the_task, backend.model, model, device, EvalSettings(timeout=timeout, iters=iters),
+                       config, executor) as record, opened(make_executor(executor, [device])) as evaluator:
+            cell = run_regime(the_task, backend, config, cfg, sink=record.sink if record else lambda a: None,
+                              progress=_print_progress, config_hash=record.config_hash if record else None,
+                              cell_sink=record.finish if record else None, executor=evaluator)
+    except OSError as e:  # a full disk or a read-only folder: what is on disk stays whole (log.append_record)
+        fail(f"cannot write to {out_dir}: {e.strerror or e}")
     if json_out:
         print(cell.model_dump_json(indent=2))
     else:
@@ -232,20 +232,23 @@ def run_cmd(
                   f"{cell.usage.completion_tokens} tokens generated")
 
 
-def _jsonl_sink(out_dir: Optional[Path]):
+@contextlib.contextmanager
+def _cell_log(out_dir: Optional[Path], task, model: str, model_spec: Optional[str], device: str, settings,
+              config, executor: str) -> Iterator[Optional[Any]]:
+    """`--out`: the folder a study would write for this one cell (study/cell_log.py), which `study
+    report` reads; without it, nothing is written."""
     if out_dir is None:
-        return (lambda a: None), None
+        yield None
+        return
+    from kernelwright.study.cell_log import CellLog
+
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         fail(f"cannot create output folder {out_dir}: {e.strerror}")
-    attempts, cells = out_dir / "attempts.jsonl", out_dir / "cells.jsonl"
-
-    def sink(attempt) -> None:
-        with open(attempts, "a") as f:  # one line per attempt, flushed as it finishes
-            f.write(attempt.model_dump_json() + "\n")
-
-    return sink, (attempts, cells)
+    log = CellLog(out_dir, task, model, device, settings, model_spec=model_spec, kind="run", executor=executor)
+    with log.open(config):
+        yield log.cell(config)
 
 
 def _print_progress(e: dict) -> None:
@@ -269,6 +272,9 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
+    except NewerSchema as e:  # a folder written by a newer kernelwright: any command that reads one
+        say_error(str(e))
+        sys.exit(EXIT_BAD_INPUT)
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise

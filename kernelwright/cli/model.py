@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kernelwright.cli.console import Commands
 from kernelwright.llm import local_model
 from kernelwright.llm.base import (
     DEFAULT_MAX_TOKENS,
@@ -26,14 +27,9 @@ from kernelwright.llm.base import (
 )
 from kernelwright.llm.registry import make_backend
 
-model_app = typer.Typer(help="The embedded offline models: fetch, list, locate.", no_args_is_help=True)
+model_app = typer.Typer(help="The embedded offline models: fetch, list, locate.", no_args_is_help=True, cls=Commands)
 out = Console()
 err = Console(stderr=True)
-
-
-def _fail(e: Exception) -> typer.Exit:
-    err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
-    return typer.Exit(1)
 
 
 @model_app.command("pull")
@@ -44,10 +40,7 @@ def pull(
     ),
 ) -> None:
     """Fetch a model into the cache (verified by size and sha256) and print its path."""
-    try:
-        path = local_model.pull(name, sources=source or None)
-    except BackendError as e:
-        raise _fail(e) from None
+    path = local_model.pull(name, sources=source or None)
     typer.echo(str(path))
 
 
@@ -66,11 +59,8 @@ def list_models() -> None:
 @model_app.command("path")
 def path(name: str = typer.Argument(..., help="an embedded model name")) -> None:
     """Print the cached file of a model; fails when it is not pulled (or not intact)."""
-    try:
-        model = local_model.get_model(name)
-        local_model.verify(local_model.model_path(model), model)
-    except BackendError as e:
-        raise _fail(e) from None
+    model = local_model.get_model(name)
+    local_model.verify(local_model.model_path(model), model)
     typer.echo(str(local_model.model_path(model)))
 
 
@@ -116,14 +106,11 @@ def generate(
     json_out: bool = typer.Option(False, "--json", help="print the completions as JSON"),
 ) -> None:
     """Generate completions for a prompt file and print them with their token speed."""
-    try:
-        request = GenerationRequest(
-            messages=load_prompt(prompt_file), n=n, temperature=temperature, max_tokens=max_tokens, seed=seed
-        )
-        backend = make_backend(model)
-        completions = backend.generate([request])[0]
-    except BackendError as e:
-        raise _fail(e) from None
+    request = GenerationRequest(
+        messages=load_prompt(prompt_file), n=n, temperature=temperature, max_tokens=max_tokens, seed=seed
+    )
+    backend = make_backend(model)
+    completions = backend.generate([request])[0]
     if json_out:
         rows = [c.model_dump() | {"tokens_per_s": round(c.tokens_per_s, 2)} for c in completions]
         typer.echo(json.dumps({"model": backend.model, "completions": rows}, indent=2))
@@ -140,7 +127,7 @@ def generate(
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per HTTP call otherwise
-    app = typer.Typer(no_args_is_help=True)
+    app = typer.Typer(no_args_is_help=True, cls=Commands)
     app.add_typer(model_app, name="model")
     app.command("generate")(generate)
     app()

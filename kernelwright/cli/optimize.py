@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from kernelwright.errors import EXIT_BAD_INPUT
+from kernelwright.evaluate.evaluator import EvalConfig
 from kernelwright.optimize.types import Options
 
 # Path-typed options as module-level singletons (a Path default is mutable to the linter's eyes).
@@ -39,10 +39,12 @@ def optimize_cmd(
     max_tokens: int = typer.Option(1024, help="Decoding budget per generated program."),
     scaffold: Optional[bool] = typer.Option(None, "--scaffold/--no-scaffold", help="Scaffolded generation (default: "
                                             "on for the embedded models)."),
-    timeout: float = typer.Option(240.0, help="Evaluation time limit per candidate, seconds."),
-    iters: int = typer.Option(100, help="Timed calls per module."),
+    timeout: float = typer.Option(EvalConfig.timeout, help="Evaluation time limit per candidate, seconds."),
+    iters: int = typer.Option(EvalConfig.iters, help="Timed calls per module."),
     no_timing: bool = typer.Option(False, "--no-timing", hidden=True, help="Tests: never time (nothing can win)."),
     facts: Optional[Path] = _FACTS,
+    executor: str = typer.Option("direct", help="Where candidates are evaluated: direct (a sandboxed child each), "
+                                 "local (this machine's pool: duplicates once, builds ahead) or ray."),
 ) -> None:
     """Find the fastest verified rewrite of one module within a budget; write model_new.py and a report.
 
@@ -51,14 +53,15 @@ def optimize_cmd(
     from kernelwright.cli.console import err, fail
     from kernelwright.cli.console import out as stdout
     from kernelwright.cli.display import Display
-    from kernelwright.llm import BackendError, make_backend
+    from kernelwright.executors.base import EXECUTORS
+    from kernelwright.llm import make_backend
     from kernelwright.llm.registry import is_embedded
     from kernelwright.optimize import inputs as inp
     from kernelwright.optimize.budget import Budget
     from kernelwright.optimize.runner import optimize
     from kernelwright.report.optimize_report import headline
     from kernelwright.report.optimize_report import write as write_report
-    from kernelwright.strategies import RegimeError, parse_regime
+    from kernelwright.strategies import parse_regime
     from kernelwright.strategies.config import check_runnable
 
     budget = Budget(budget_minutes)  # the clock starts with the command: checks count too
@@ -67,34 +70,30 @@ def optimize_cmd(
     regime = regime or ("search" if is_embedded(model) else "routed")
     if budget_minutes <= 0:
         fail("--budget-minutes must be positive")
-    try:
-        task = inp.load_input(file, inputs, init_inputs)
-        dev = inp.resolve_device(device)
-        tgt = inp.resolve_target(target, dev)
-        path, _ = inp.split_spec(file)
-        folder = out or path.parent / f"{task.name}.kernelwright"
-        inp.check_writable(folder)
-        opts = Options(regime=regime, model=model, device=dev, target=tgt, budget_minutes=budget_minutes,
-                       samples=samples, turns=turns, rounds=rounds, seed=seed, max_tokens=max_tokens,
-                       scaffold=is_embedded(model) if scaffold is None else scaffold, eval_timeout=timeout,
-                       iters=iters, time=not no_timing)
-        inp.eval_config(opts)  # bad evaluator options fail here, before any profiling
-        check_runnable(parse_regime(regime, target=tgt))  # a bad spec fails here, not after the profiling
-        checked = inp.check_runs(task, dev)
-        backend = make_backend(model)
-    except (inp.InputError, RegimeError, BackendError) as e:
-        fail(str(e), EXIT_BAD_INPUT)  # bad input says one line and nothing else
+    if executor not in EXECUTORS:
+        fail(f"unknown executor {executor!r}: use {', '.join(EXECUTORS)}")
+    task = inp.load_input(file, inputs, init_inputs)
+    dev = inp.resolve_device(device)
+    tgt = inp.resolve_target(target, dev)
+    path, _ = inp.split_spec(file)
+    folder = out or path.parent / f"{task.name}.kernelwright"
+    inp.check_writable(folder)
+    opts = Options(regime=regime, model=model, device=dev, target=tgt, budget_minutes=budget_minutes,
+                   samples=samples, turns=turns, rounds=rounds, seed=seed, max_tokens=max_tokens,
+                   scaffold=is_embedded(model) if scaffold is None else scaffold, eval_timeout=timeout,
+                   iters=iters, time=not no_timing, executor=executor)
+    inp.eval_config(opts)  # bad evaluator options fail here, before any profiling
+    check_runnable(parse_regime(regime, target=tgt))  # a bad spec fails here, not after the profiling
+    checked = inp.check_runs(task, dev)
+    backend = make_backend(model)
     err.print(f"optimize {path} · device {dev} · target {tgt} · model {backend.model} · regime {regime} · budget "
               f"{budget_minutes:g} min\nchecked: it imports, its inputs run, forward runs on {dev} -> "
               f"{', '.join(checked.outputs)}", highlight=False, soft_wrap=True)
-    try:
-        with Display(err, budget) as display:
-            outcome, attempts = optimize(task, opts, backend, folder, budget, outputs=checked.outputs,
-                                         progress=display, facts_path=facts)
-            display({"event": "step", "step": "writing the report"})
-            write_report(folder, task, outcome, attempts)
-    except inp.InputError as e:  # the profiling failed: still before any generation
-        fail(str(e), EXIT_BAD_INPUT)
+    with Display(err, budget) as display:  # a failed profiling (InputError) ends it before any generation
+        outcome, attempts = optimize(task, opts, backend, folder, budget, outputs=checked.outputs,
+                                     progress=display, facts_path=facts)
+        display({"event": "step", "step": "writing the report"})
+        write_report(folder, task, outcome, attempts)
     stdout.print(headline(outcome), highlight=False, soft_wrap=True)
     b = outcome.baseline
     eager = f"{b.eager.median_ms:.4g} ms" if b.eager else "n/a"

@@ -11,10 +11,13 @@ from typing import Annotated
 
 import typer
 
-study_app = typer.Typer(add_completion=False, no_args_is_help=True,
+from kernelwright.cli.console import Commands
+
+study_app = typer.Typer(add_completion=False, no_args_is_help=True, cls=Commands,
                         help="Run a study matrix, re-score other tools' output, write the report and training data.")
 from kernelwright.cli.console import err, fail, out
 from kernelwright.errors import EXIT_BAD_INPUT, EXIT_GPU_GONE
+from kernelwright.evaluate.evaluator import EvalConfig
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -54,27 +57,19 @@ def run_cmd(
     compile_baseline: Annotated[bool | None, typer.Option("--compile-baseline/--no-compile-baseline", help="Also time torch.compile(reference) for Table I's fast_1 vs torch.compile (default off).")] = None,
     size: Annotated[str | None, typer.Option(help="Task size: small, full or auto.")] = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Redo cells recorded as failed.")] = False,
-    executor: Annotated[str | None, typer.Option(help="Where evaluations run: local (this machine's pool) or ray (RAY_ADDRESS; docs/scaling.md).")] = None,
+    executor: Annotated[str | None, typer.Option(help="Where evaluations run: local (this machine's pool, the default), direct (a sandboxed child per candidate) or ray (RAY_ADDRESS; docs/scaling.md).")] = None,
 ) -> None:
     """Run (or resume) a study: every regime x task x seed cell not already in OUT/cells.jsonl."""
     from kernelwright.cli.progress import StudyProgress
-    from kernelwright.evaluate import EvaluatorError
-    from kernelwright.llm import BackendError
-    from kernelwright.strategies import RegimeError
-    from kernelwright.study.log import StudyBusy
     from kernelwright.study.runner import run_study
-    from kernelwright.study.spec import StudySpecError, load_spec
-    from kernelwright.tasks import TaskError
+    from kernelwright.study.spec import load_spec
 
     overrides = {"out": str(out_dir) if out_dir else None, "model": model, "regimes": _split(regimes), "tasks": tasks,
                  "n": n, "turns": turns, "seeds": seeds, "devices": _split(devices), "target": target,
                  "max_tokens": max_tokens, "facts": str(facts) if facts else None, "jobs": jobs, "cache_dir": cache_dir,
                  "eval.timeout": timeout, "eval.trials": trials, "eval.iters": iters, "eval.warmup": warmup,
                  "eval.time": timing, "eval.size": size, "eval.compile_baseline": compile_baseline, "executor": executor}
-    try:
-        spec = load_spec(study_file, overrides)
-    except StudySpecError as e:
-        fail(str(e))
+    spec = load_spec(study_file, overrides)
     display = StudyProgress(err)
 
     def planned(s) -> None:
@@ -84,8 +79,6 @@ def run_cmd(
 
     try:
         summary = run_study(spec, retry_failed=retry_failed, on_event=display, on_plan=planned)
-    except (StudySpecError, TaskError, BackendError, EvaluatorError, RegimeError, StudyBusy) as e:
-        fail(str(e))
     finally:
         display.stop()
     out.print(_summary_line(summary), highlight=False, soft_wrap=True)
@@ -103,25 +96,24 @@ def import_cmd(
     devices: Annotated[list[str] | None, typer.Option("--device", "-d", help="cpu or cuda:N, repeatable.")] = None,
     cache_dir: Annotated[str | None, typer.Option(help="The evaluator's build cache.")] = None,
     jobs: Annotated[int, typer.Option(help="Cells evaluated at once (default: one per device).")] = 0,
-    timeout: Annotated[float, typer.Option(help="Evaluation time limit per candidate, seconds.")] = 240.0,
-    trials: Annotated[int, typer.Option(help="Correctness trials per candidate.")] = 5,
-    iters: Annotated[int, typer.Option(help="Timed calls per module.")] = 100,
-    warmup: Annotated[int, typer.Option(help="Warm-up calls per module.")] = 10,
+    timeout: Annotated[float, typer.Option(help="Evaluation time limit per candidate, seconds.")] = EvalConfig.timeout,
+    trials: Annotated[int, typer.Option(help="Correctness trials per candidate.")] = EvalConfig.trials,
+    iters: Annotated[int, typer.Option(help="Timed calls per module.")] = EvalConfig.iters,
+    warmup: Annotated[int, typer.Option(help="Warm-up calls per module.")] = EvalConfig.warmup,
     timing: Annotated[bool, typer.Option("--timing/--no-timing", help="Time correct candidates.")] = True,
     size: Annotated[str, typer.Option(help="Task size: small, full or auto.")] = "auto",
     compile_baseline: Annotated[bool, typer.Option("--compile-baseline/--no-compile-baseline", help="Also time torch.compile(reference) for Table I's fast_1 vs torch.compile (default off).")] = False,
     compat: Annotated[str, typer.Option(help="kernelwright (default) or kernelbench: KernelBench's own definitions (the task module's names visible to the candidate, a ModelNew.__init__ failure counts as not compiled, the task's own size), to compare a re-score line by line; weaker, and the report says so.")] = "kernelwright",
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Redo cells recorded as failed.")] = False,
+    executor: Annotated[str, typer.Option(help="Where evaluations run: local (this machine's pool), direct (a sandboxed child per candidate) or ray (RAY_ADDRESS; docs/scaling.md).")] = "local",
 ) -> None:
     """Re-score other tools' generations with our evaluator, into a study folder."""
     from pydantic import ValidationError
 
     from kernelwright.cli.progress import StudyProgress
-    from kernelwright.evaluate import EvaluatorError
-    from kernelwright.study.importer import ImportInputError, import_study
-    from kernelwright.study.log import StudyBusy
+    from kernelwright.executors.base import EXECUTORS
+    from kernelwright.study.importer import import_study
     from kernelwright.study.spec import EvalSettings
-    from kernelwright.tasks import TaskError
 
     try:
         settings = EvalSettings(timeout=timeout, trials=trials, iters=iters, warmup=warmup, time=timing, size=size,
@@ -130,6 +122,8 @@ def import_cmd(
         # the rule that failed, as one line ("bad evaluator option: trials must be ..."), not pydantic's header
         first = e.errors()[0]
         fail(str(first.get("msg", e)).removeprefix("Value error, "))
+    if executor not in EXECUTORS:
+        fail(f"unknown executor {executor!r}: use {', '.join(EXECUTORS)}")
     display = StudyProgress(err)
 
     def planned(s) -> None:
@@ -140,10 +134,8 @@ def import_cmd(
 
     try:
         summary = import_study(inputs, tasks, out_dir, label=label, settings=settings, devices=_split(devices) or ["cpu"],
-                               cache_dir=cache_dir, jobs=jobs, retry_failed=retry_failed, on_event=display,
-                               on_plan=planned)
-    except (ImportInputError, TaskError, EvaluatorError, StudyBusy) as e:
-        fail(str(e))
+                               cache_dir=cache_dir, jobs=jobs, retry_failed=retry_failed, executor=executor,
+                               on_event=display, on_plan=planned)
     finally:
         display.stop()
     out.print(_summary_line(summary), highlight=False, soft_wrap=True)
@@ -155,12 +147,9 @@ def report_cmd(
     out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Where to write (default: the first folder).")] = None,
 ) -> None:
     """Write REPORT.md, report.html and figures from the logs alone (nothing is re-run)."""
-    from kernelwright.report.study_report import ReportError, write_report
+    from kernelwright.report.study_report import write_report
 
-    try:
-        written = write_report(folders, out_dir)
-    except ReportError as e:
-        fail(str(e))
+    written = write_report(folders, out_dir)
     for what, path in written.items():
         out.print(f"{what:10s} {path}", highlight=False, soft_wrap=True)
 

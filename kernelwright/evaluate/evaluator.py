@@ -27,6 +27,7 @@ from kernelwright.errors import ConfinementError, EvaluatorError, GPUUnavailable
 from kernelwright.evaluate import buildcache, buildspec, sandbox
 from kernelwright.evaluate.static_checks import check_source
 from kernelwright.extract import extract_code
+from kernelwright.measure.draw import SEED
 from kernelwright.records import EvalResult, Finding, Stage, Task, Verdict, sha256_text
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class EvalConfig:
     device: str = "cpu"
     timeout: float = DEFAULT_TIMEOUT_S
     trials: int = 5
-    seed: int = 42
+    seed: int = SEED
     atol: Optional[float] = None  # None: 1e-4 for fp32, 1e-2 for fp16/bf16
     rtol: Optional[float] = None
     warmup: int = 10
@@ -149,25 +150,10 @@ def precheck(task: Task, candidate_text: str, cfg: EvalConfig) -> EvalResult | P
     return Prepared(code=code, code_hash=code_hash, findings=findings)
 
 
-# An executor (kernelwright.executors.base) that evaluate() hands every candidate to, when one
-# is installed. Process-wide on purpose: the strategies evaluate from their own worker threads,
-# which a context variable would not reach.
-_executor: Optional[Any] = None
-
-
-def set_executor(executor: Optional[Any]) -> Optional[Any]:
-    """Install `executor` (an object with .evaluate(task, text, cfg)); returns the previous one."""
-    global _executor
-    previous, _executor = _executor, executor
-    return previous
-
-
 def evaluate(task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None) -> EvalResult:
-    """Evaluate a candidate (raw model text or a Python file's contents) against a task."""
-    cfg = cfg or EvalConfig()
-    executor = _executor
-    if executor is not None:
-        return executor.evaluate(task, candidate_text, cfg)
+    """Evaluate a candidate (raw model text or a Python file's contents) against a task, here, in a
+    fresh sandboxed child. Where many candidates are evaluated, an executor (kernelwright.executors)
+    is passed in instead: a pool, or a Ray cluster."""
     return evaluate_direct(task, candidate_text, cfg)
 
 
@@ -215,7 +201,7 @@ def run_prepared(task: Task, pre: Prepared, cfg: EvalConfig, run: Optional[Sandb
 
 def check_gpu_after(result: EvalResult, cfg: EvalConfig) -> EvalResult:
     """After a timeout or crash on a GPU: does the GPU still answer? Raises if not."""
-    if result.verdict in (Verdict.TIMEOUT, Verdict.CRASH) and cfg.device.startswith("cuda") and not cfg.compile_only:
+    if result.verdict.may_have_hung_the_device and cfg.device.startswith("cuda") and not cfg.compile_only:
         result.gpu_healthy = sandbox.probe_gpu(cfg.device)
         if not result.gpu_healthy:
             raise GPUUnavailableError(cfg.device, result)
@@ -452,8 +438,8 @@ def _assemble(task: Task, code_hash: str, cfg: EvalConfig, out: sandbox.SandboxO
     fields = dict(final.get("fields") or {})
     result = EvalResult(verdict=Verdict(verdict_name), error=strip_paths(final.get("error")), **base, **{
         k: v for k, v in fields.items() if k in EvalResult.model_fields and k not in base})
-    result.correct = result.verdict in (Verdict.CORRECT, Verdict.NO_CUSTOM_KERNEL)
-    if result.verdict in (Verdict.COMPILE_ERROR, Verdict.HALLUCINATED_API, Verdict.SYNTAX_ERROR):
+    result.correct = result.verdict.outputs_match
+    if not result.verdict.compiles:
         result.compiled = False
     if out.forged_lines:
         result.flags.append(f"{out.forged_lines} unauthenticated line(s) on the result pipe")

@@ -1,10 +1,10 @@
-"""Where a study's evaluations run: `local` (an EvalPool on this machine, the default) or `ray`
-(a Ray cluster: kernelwright/executors/ray.py).
+"""Where evaluations run: `direct` (each in a fresh sandboxed child of this process, one per
+calling thread), `local` (an EvalPool on this machine: duplicates judged once, builds ahead in
+compile slots, one device slot per device) or `ray` (a Ray cluster: kernelwright/executors/ray.py).
 
 An executor is anything with `evaluate(task, text, cfg) -> EvalResult` (blocking, callable from
-many threads) and `close()`. `installed(executor)` routes every `kernelwright.evaluate.evaluate`
-call of this process through it for the duration of a `with` block, so the strategies, which
-call `evaluate` themselves, need no change.
+many threads) and `close()`. It is passed in (RunContext.executor, run_regime, the study's jobs),
+never installed process-wide: what evaluates a command's candidates is what that command chose.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Optional, Protocol
 
-from kernelwright.evaluate.evaluator import EvalConfig, set_executor
+from kernelwright.evaluate.evaluator import EvalConfig, evaluate
 from kernelwright.records import EvalResult, Task
 
-EXECUTORS = ("local", "ray")
+EXECUTORS = ("direct", "local", "ray")
 
 
 class Executor(Protocol):
@@ -25,9 +25,21 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+class Direct:
+    """Each evaluation in a fresh sandboxed child of the calling process (`evaluate.evaluate`)."""
+
+    def evaluate(self, task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None) -> EvalResult:
+        return evaluate(task, candidate_text, cfg)
+
+    def close(self) -> None:
+        pass
+
+
 def make_executor(kind: str, devices: Sequence[str], **options: Any) -> Executor:
-    """`local`: an EvalPool over `devices`. `ray`: RayExecutor(**options) (address, max_retries,
-    ...); the devices are the Ray workers' business there."""
+    """`direct`: Direct(). `local`: an EvalPool over `devices`. `ray`: RayExecutor(**options)
+    (address, max_retries, ...); the devices are the Ray workers' business there."""
+    if kind == "direct":
+        return Direct()
     if kind == "local":
         from kernelwright.executors.pool import EvalPool, PoolConfig
 
@@ -40,11 +52,9 @@ def make_executor(kind: str, devices: Sequence[str], **options: Any) -> Executor
 
 
 @contextmanager
-def installed(executor: Executor) -> Iterator[Executor]:
-    """Route evaluate() through `executor` inside the block; close it on the way out."""
-    previous = set_executor(executor)
+def opened(executor: Executor) -> Iterator[Executor]:
+    """The executor for the block; closed on the way out (a pool's workers stop)."""
     try:
         yield executor
     finally:
-        set_executor(previous)
         executor.close()

@@ -41,13 +41,12 @@ from kernelwright.errors import GPUUnavailableError
 from kernelwright.evaluate import sandbox
 from kernelwright.evaluate.evaluator import EvalConfig, Prepared, check_gpu_after, precheck, run_prepared
 from kernelwright.executors.dedupe import LinkTable, result_key
-from kernelwright.records import EvalResult, Stage, Task, Verdict
+from kernelwright.records import EvalResult, Stage, Task
 
 log = logging.getLogger(__name__)
 
 # A prebuild that ends with one of these decided the candidate: the evaluation would stop at the
 # same import with the same build error.
-BUILD_VERDICTS = (Verdict.COMPILE_ERROR, Verdict.HALLUCINATED_API)
 # Text of a CUDA error in a candidate's runtime error: the slot is recycled after it.
 CUDA_ERROR_MARKS = ("CUDA error", "cudaError", "illegal memory access", "device-side assert", "CUBLAS_STATUS",
                     "misaligned address", "unspecified launch failure")
@@ -298,7 +297,7 @@ class EvalPool:
         built = run_prepared(job.task, job.pre, cfg, slot.run, prebuild=True)
         with self._lock:
             self.stats.prebuilt += 1
-        if built.verdict in BUILD_VERDICTS:
+        if built.verdict.build_failed:
             with self._lock:
                 self.stats.decided_at_build += 1
             return built

@@ -31,7 +31,7 @@ from typing import Any, Optional
 from kernelwright.errors import GPUUnavailableError
 from kernelwright.evaluate.evaluator import EvalConfig, Prepared, check_gpu_after, precheck, run_prepared
 from kernelwright.executors.dedupe import LinkTable, result_key
-from kernelwright.executors.pool import BUILD_VERDICTS, builds_extension
+from kernelwright.executors.pool import builds_extension
 from kernelwright.records import EvalResult, Task
 
 
@@ -146,7 +146,7 @@ class RayExecutor:
             built, node = ray.get(self._prebuild.options(num_cpus=self.build_cpus, max_retries=self.max_retries)
                                   .remote(task, pre, cfg, env))
             self._count("prebuilt")
-            if built.verdict in BUILD_VERDICTS:
+            if built.verdict.build_failed:
                 self._count("decided_at_build")
                 return built
             strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=True)

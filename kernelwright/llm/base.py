@@ -12,6 +12,8 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kernelwright.errors import KernelwrightError
+
 # Qwen's recommended sampling for the Qwen2.5-Coder instruct models. Greedy decoding of the
 # small quantised models tends to loop (repeated `#include` lines until max_tokens); these
 # settings stop cleanly, so they are the request defaults.
@@ -22,7 +24,7 @@ DEFAULT_REPEAT_PENALTY = 1.05
 DEFAULT_MAX_TOKENS = 1024
 
 
-class BackendError(RuntimeError):
+class BackendError(KernelwrightError, RuntimeError):
     """A model backend cannot do what was asked. The message is one line, meant for a user."""
 
 

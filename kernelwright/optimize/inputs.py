@@ -23,13 +23,14 @@ from pydantic import BaseModel
 from kernelwright import pyast
 from kernelwright.child import ChildTimeout, run_json_child
 from kernelwright.device import resolve_size
+from kernelwright.errors import BadInput
 from kernelwright.records import Task
 
 CHECK_TIMEOUT_S = 180.0
 TARGETS = ("cuda", "triton", "cpp")
 
 
-class InputError(ValueError):
+class InputError(BadInput, ValueError):
     """Bad input to `optimize`; str() is one line."""
 
     def __init__(self, message: str) -> None:

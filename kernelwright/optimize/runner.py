@@ -5,7 +5,8 @@ profile (analysis: graph shape for routing, roofline floor for the report)
   -> rounds of the regime (routed by default) until a candidate is the goal — correct, custom
      code ran, faster beyond noise — or the budget or the round limit is reached
   -> the ranking key's pick over every attempt of every round (strategies/selection.py)
-  -> output folder: model_new.py, report.md, report.html, attempts.jsonl, summary.json
+  -> output folder: model_new.py, report.md, report.html, summary.json, and the records of a
+     one-task study (manifest.json, attempts.jsonl, cells.jsonl: `study report` reads them)
 
 A round is one full regime run. Later rounds change the seed and sample at temperature 0.7 so a
 greedy regime (guided) does not repeat its first answer.
@@ -18,6 +19,7 @@ from typing import Optional
 
 from kernelwright.errors import EXIT_BAD_INPUT, EXIT_FASTER, EXIT_GPU_GONE, EXIT_INTERRUPTED, EXIT_NOT_FASTER
 from kernelwright.evaluate import EvaluatorError, GPUUnavailableError
+from kernelwright.executors.base import make_executor, opened
 from kernelwright.llm.base import Backend, BackendError, first_line
 from kernelwright.optimize import baseline as baseline_mod
 from kernelwright.optimize.budget import Budget, BudgetedBackend, BudgetSpent
@@ -27,10 +29,13 @@ from kernelwright.prompts.facts import PromptFacts
 from kernelwright.records import Attempt, Task
 from kernelwright.strategies import parse_regime, run_regime, selection
 from kernelwright.strategies.base import ProgressFn
+from kernelwright.study.cell_log import CellLog
+from kernelwright.study.log import ATTEMPTS, CELLS, MANIFEST
+from kernelwright.study.spec import EvalSettings
 
 LATER_ROUND_TEMPERATURE = 0.7
 MIN_BASELINE_S = 30.0
-OUTPUT_FILES = ("model_new.py", "report.md", "report.html", "attempts.jsonl", "summary.json")
+OUTPUT_FILES = ("model_new.py", "report.md", "report.html", "summary.json", ATTEMPTS, CELLS, MANIFEST)
 
 def _facts(task: Task, analysis, facts_path: Optional[Path]) -> PromptFacts:
     """The facts the prompts show. A stored file wins (a replayed run must see the recorded
@@ -71,13 +76,6 @@ def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget:
         outcome.baseline = Baseline(error="skipped: the budget was spent before the baselines")
 
     attempts: list[Attempt] = []
-    log_path = out_dir / "attempts.jsonl"
-
-    def sink(a: Attempt) -> None:
-        attempts.append(a)
-        with open(log_path, "a") as f:  # flushed per attempt: an interrupted run keeps what it did
-            f.write(a.model_dump_json() + "\n")
-
     def watch(e: dict) -> None:
         if e.get("event") == "route":
             outcome.route = f"{e['regime']}: {e['reason']}"
@@ -85,28 +83,38 @@ def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget:
 
     eval_cfg = eval_config(opts)
     model = BudgetedBackend(backend, budget)
+    # every round is a cell of a one-task study folder (study/cell_log.py): `study report` reads it
+    log = CellLog(out_dir, task, backend.model, opts.device, EvalSettings(**{
+        k: getattr(eval_cfg, k) for k in EvalSettings.model_fields}), model_spec=opts.model, kind="optimize",
+        executor=opts.executor)
     try:
-        while True:
-            if budget.spent():
+        with log.open(_round_config(opts, 0)), opened(make_executor(opts.executor, [opts.device])) as executor:
+            try:
+                while True:
+                    if budget.spent():
+                        outcome.stopped = "budget"
+                        break
+                    r = outcome.rounds
+                    progress({"event": "round", "round": r})
+                    config = _round_config(opts, r)
+                    cell = log.cell(config)
+                    outcome.rounds += 1
+
+                    def sink(a: Attempt, cell=cell) -> None:
+                        attempts.append(a)
+                        cell.sink(a)  # one fsynced line per attempt: an interrupted run keeps what it did
+
+                    run_regime(task, model, config, eval_cfg, sink=sink, progress=watch,
+                               analysis_provider=lambda t: facts, config_hash=cell.config_hash, cell_sink=cell.finish,
+                               executor=executor)
+                    if any(selection.is_goal(a.eval) for a in attempts):
+                        outcome.stopped = "goal"
+                        break
+                    if opts.rounds and outcome.rounds >= opts.rounds:
+                        outcome.stopped = "rounds"
+                        break
+            except BudgetSpent:  # the normal end of a budgeted run, not an error of the invocation
                 outcome.stopped = "budget"
-                break
-            r = outcome.rounds
-            progress({"event": "round", "round": r})
-            config = parse_regime(opts.regime, target=opts.target, seed=opts.seed + r, max_tokens=opts.max_tokens,
-                                  scaffold=opts.scaffold,
-                                  **({"n": opts.samples} if opts.samples is not None else {}),
-                                  **({"turns": opts.turns} if opts.turns is not None else {}),
-                                  **({"temperature": LATER_ROUND_TEMPERATURE} if r else {}))
-            outcome.rounds += 1
-            run_regime(task, model, config, eval_cfg, sink=sink, progress=watch, analysis_provider=lambda t: facts)
-            if any(selection.is_goal(a.eval) for a in attempts):
-                outcome.stopped = "goal"
-                break
-            if opts.rounds and outcome.rounds >= opts.rounds:
-                outcome.stopped = "rounds"
-                break
-    except BudgetSpent:
-        outcome.stopped = "budget"
     except GPUUnavailableError as e:
         outcome.stopped, outcome.error, outcome.exit_code = "error", str(e), EXIT_GPU_GONE
     except (BackendError, EvaluatorError) as e:
@@ -117,6 +125,16 @@ def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget:
     _settle(outcome, attempts, analysis)
     outcome.wall_s = round(budget.elapsed(), 1)
     return outcome, attempts  # the caller writes the report (report.optimize_report.write)
+
+def _round_config(opts: Options, r: int):
+    """Round r: the regime with seed + r; later rounds sample hotter (a retry that repeats the first
+    round's answers gains nothing)."""
+    return parse_regime(opts.regime, target=opts.target, seed=opts.seed + r, max_tokens=opts.max_tokens,
+                        scaffold=opts.scaffold,
+                        **({"n": opts.samples} if opts.samples is not None else {}),
+                        **({"turns": opts.turns} if opts.turns is not None else {}),
+                        **({"temperature": LATER_ROUND_TEMPERATURE} if r else {}))
+
 
 def _settle(outcome: Outcome, attempts: list[Attempt], analysis) -> None:
     """The pick, its numbers, and the exit code (unless an error already decided it)."""

@@ -7,6 +7,7 @@ from typing import Optional
 from pydantic import BaseModel
 
 from kernelwright.errors import EXIT_NOT_FASTER
+from kernelwright.evaluate.evaluator import EvalConfig
 from kernelwright.records import TimingStats
 
 # The exit codes live in kernelwright/errors.py; what they mean for optimize:
@@ -29,10 +30,11 @@ class Options(BaseModel):
     seed: int = 0
     max_tokens: int = 1024
     scaffold: bool = True
-    eval_timeout: float = 240.0
-    iters: int = 100
+    eval_timeout: float = EvalConfig.timeout
+    iters: int = EvalConfig.iters
     time: bool = True  # off only in tests whose replayed prompts must not depend on timings
     baseline_timeout: float = 300.0
+    executor: str = "direct"  # where candidates are evaluated (executors/): direct, local (the pool) or ray
 
 
 class Baseline(BaseModel):

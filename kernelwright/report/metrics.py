@@ -21,12 +21,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelwright.records import BUILT_VERDICTS, EvalResult, Verdict
+from kernelwright.records import EvalResult, Verdict
 from kernelwright.strategies.config import REGIME_NAMES, RegimeError, parse_regime
 from kernelwright.study.log import StudyData
 from kernelwright.study.records import StudyAttempt, StudyCell
-
-MATCHED = (Verdict.CORRECT, Verdict.NO_CUSTOM_KERNEL)
 
 
 @dataclass
@@ -53,12 +51,12 @@ class Scored:
     @property
     def compiled(self) -> bool:
         r = self.result
-        return r is not None and r.verdict in BUILT_VERDICTS
+        return r is not None and r.verdict.built
 
     @property
     def correct(self) -> bool:
         r = self.result
-        return r is not None and r.verdict in MATCHED
+        return r is not None and r.verdict.outputs_match
 
     @property
     def custom_correct(self) -> bool:
@@ -199,7 +197,7 @@ def best_of_n(scored: list[Scored]) -> dict[str, dict[str, list[tuple[int, float
         curves: dict[str, list[tuple[int, float]]] = {"correct": [], "compile": []}
         for k in range(1, kmax + 1):
             for name, test in (("correct", lambda e: e.verdict == Verdict.CORRECT and e.custom_kernel),
-                               ("compile", lambda e: e.verdict in BUILT_VERDICTS)):
+                               ("compile", lambda e: e.verdict.built)):
                 rates = [pass_at_k(len(f), sum(bool(test(a.eval)) for a in f), min(k, len(f))) if f else 0.0
                          for f in first]
                 curves[name].append((k, sum(rates) / len(rates)))

@@ -12,12 +12,13 @@ import base64
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelwright.errors import BadInput
 from kernelwright.report import figures, metrics, tables
 from kernelwright.report.tables import Table
 from kernelwright.study.log import StudyData, read_study, write_text_atomic
 
 
-class ReportError(ValueError):
+class ReportError(BadInput, ValueError):
     """Nothing to report on; the message is one line."""
 
 

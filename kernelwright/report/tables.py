@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from kernelwright.records import DECIDED_BEFORE_BUILD, Verdict
+from kernelwright.records import Verdict
 from kernelwright.report import metrics
 from kernelwright.report.metrics import GroupStats, Scored
 from kernelwright.study.records import StudyAttempt
@@ -48,11 +48,11 @@ def _protocol_notes(scored: list[Scored]) -> list[str]:
             r = a.eval
             if r.tolerance is not None:
                 tolerances[f"atol={r.tolerance.atol:g} rtol={r.tolerance.rtol:g} ({r.tolerance.dtype})"] += 1
-            if r.trials and r.verdict in metrics.MATCHED:  # a failing run stops early: not the protocol
+            if r.trials and r.verdict.outputs_match:  # a failing run stops early: not the protocol
                 trials[r.trials] += 1
             if r.timing is not None:
                 protocols[r.timing.protocol] += 1
-            elif r.verdict in metrics.MATCHED:
+            elif r.verdict.outputs_match:
                 untimed += 1
             if r.device:
                 devices[r.device] += 1
@@ -199,7 +199,7 @@ def _funnel(a: StudyAttempt) -> Funnel:
     if isinstance(note, dict):
         distinct = note.get("duplicate_of") is None
         return Funnel(distinct, prechecked and distinct, refuted and distinct, bool(note.get("built")))
-    return Funnel(True, prechecked, refuted, not refuted and a.eval.verdict not in DECIDED_BEFORE_BUILD)
+    return Funnel(True, prechecked, refuted, not refuted and not a.eval.verdict.decided_before_build)
 
 
 def _per(total: float, n: int, unit: str = "") -> str:

@@ -15,7 +15,7 @@ from typing import Optional
 
 from pydantic import BaseModel, Field
 
-SCHEMA_VERSION = 1
+from kernelwright.records import Versioned
 
 # The one marker pair every target uses; the prompt and the splicer both read them from here.
 BEGIN = "REGION BEGIN"
@@ -78,10 +78,9 @@ class Probes(BaseModel):
     labels: list[str]  # ELEMENTWISE: per element, ROW: per row, what kind of probe it is
 
 
-class ScaffoldPlan(BaseModel):
+class ScaffoldPlan(Versioned):
     """What the child process found: a segment and the ModelNew around it, or why not."""
 
-    schema_version: int = SCHEMA_VERSION
     task_id: str
     available: bool
     reason: str  # one line: what the region covers, or why there is none

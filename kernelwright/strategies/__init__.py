@@ -11,6 +11,7 @@ import time
 from typing import Any, Callable, Optional
 
 from kernelwright.evaluate import EvalConfig
+from kernelwright.executors.base import Direct, Executor
 from kernelwright.llm.base import Backend
 from kernelwright.records import Attempt, Cell, Task, Verdict
 from kernelwright.strategies import selection
@@ -36,20 +37,40 @@ def load_regime(name: str) -> Callable[[RunContext], None]:
 
 def run_regime(task: Task, backend: Backend, config: RegimeConfig, eval_config: EvalConfig, *,
                sink: Callable[[Attempt], None] = lambda a: None, progress: ProgressFn = lambda e: None,
-               analysis_provider: Optional[Callable[[Task], Any]] = None, config_hash: Optional[str] = None) -> Cell:
+               analysis_provider: Optional[Callable[[Task], Any]] = None, config_hash: Optional[str] = None,
+               cell_sink: Optional[Callable[[Cell], None]] = None, executor: Optional[Executor] = None) -> Cell:
+    """Run the regime and return its Cell. `cell_sink` also gets the Cell when the run is cut short
+    (a spent budget, an interrupt, a backend error): the attempts made so far and the pick among
+    them, with the reason saying it stopped; the exception still propagates. Candidates are
+    evaluated by `executor` (default: executors.base.Direct, a sandboxed child each)."""
     chash = config_hash or config.config_hash(backend.model, {"device": eval_config.device})
     key = f"{chash}/{config.spec}/{task.id}"
     ctx = RunContext(task=task, backend=backend, config=config, eval_config=eval_config, cell_key=key,
-                     sink=sink, progress=progress, analysis_provider=analysis_provider)
+                     sink=sink, progress=progress, analysis_provider=analysis_provider,
+                     executor=executor or Direct())
     started = time.monotonic()
-    load_regime(config.name)(ctx)
+    try:
+        load_regime(config.name)(ctx)
+    except BaseException as e:
+        if cell_sink is not None:
+            cell_sink(_cell(ctx, task, config, chash, started, stopped=type(e).__name__))
+        raise
+    cell = _cell(ctx, task, config, chash, started)
+    if cell_sink is not None:
+        cell_sink(cell)
+    return cell
+
+
+def _cell(ctx: RunContext, task: Task, config: RegimeConfig, chash: str, started: float,
+          stopped: Optional[str] = None) -> Cell:
     best = selection.select(ctx.attempts)
     route = ctx.notes.get("route")
+    reason = selection.reason(best, len(ctx.attempts))
     return Cell(
-        key=key, task_id=task.id, regime=config.spec, config_hash=chash,
+        key=ctx.cell_key, task_id=task.id, regime=config.spec, config_hash=chash,
         attempt_ids=[a.id for a in ctx.attempts],
         selected=best.id if best else None,
-        reason=selection.reason(best, len(ctx.attempts)),
+        reason=f"{reason} (the run stopped: {stopped})" if stopped else reason,
         verdict=best.eval.verdict if best else Verdict.NO_CODE,
         speedup=best.eval.speedup if best else None,
         faster=bool(best and best.eval.faster),

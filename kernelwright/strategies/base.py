@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from kernelwright import prompts
 from kernelwright.device import resolve_size
-from kernelwright.evaluate import EvalConfig, evaluate
+from kernelwright.evaluate import EvalConfig
+from kernelwright.executors.base import Direct, Executor
 from kernelwright.extract import extract_code
 from kernelwright.llm.base import Backend, ChatMessage, Completion, GenerationRequest
 from kernelwright.records import Attempt, EvalResult, Stage, Task, Usage, Verdict, sha256_text
@@ -50,6 +51,8 @@ class RunContext:
     # Task -> TaskAnalysis. Injected so a study computes it once per task and a replayed test
     # uses the recorded one (profiler times differ run to run, and they appear in prompts).
     analysis_provider: Optional[Callable[[Task], Any]] = None
+    # where candidates are evaluated (executors/): passed in by the command that runs the regime
+    executor: Executor = field(default_factory=Direct)
     _analysis: Any = None
     _scaffold: Any = None  # False once looked up and absent
 
@@ -186,7 +189,7 @@ class RunContext:
             if code is None:
                 return EvalResult(verdict=Verdict.NO_CODE, error="no Python code in the answer", task_id=self.task.id,
                                   stages=[Stage(name="extract", seconds=0.0, ok=False)])
-            return evaluate(self.task, code, replace(self.eval_config))
+            return self.executor.evaluate(self.task, code, replace(self.eval_config))
 
         workers = max(1, min(self.config.eval_workers, len(codes)))
         with ThreadPoolExecutor(max_workers=workers) as pool:

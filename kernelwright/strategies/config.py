@@ -13,13 +13,15 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict
 
+from kernelwright.errors import BadInput
+
 REGIME_NAMES = ("zero_shot", "guided", "iterative", "agentic", "routed", "search")
 ABLATIONS = ("no_analyzer", "no_retrieval", "no_feedback_analyzer", "single_turn", "ambition", "no_grounding",
              # search's parts, each switched off on its own, and its grammar switched on (strategies/search.py)
              "no_precheck", "no_repair", "grammar")
 
 
-class RegimeError(ValueError):
+class RegimeError(BadInput, ValueError):
     """A regime spec that cannot be parsed; the message is one line."""
 
 

@@ -205,15 +205,13 @@ def _order(samples: list[Sample]) -> list[Sample]:
 def _build(ctx: RunContext, samples: list[Sample], turn: int) -> None:
     from dataclasses import replace
 
-    from kernelwright.evaluate import evaluate
-
     built = 0
     for s in _order(samples):
         if built >= MAX_BUILDS or any(x.result is not None and selection.tier(x.result) >= 3 for x in samples):
             break
         code = s.grounding.code if s.grounding is not None else s.code
         ctx.progress({"event": "evaluate", "turn": turn, "sample": s.index, "n": len(samples)})
-        s.result = evaluate(ctx.task, code, replace(ctx.eval_config))
+        s.result = ctx.executor.evaluate(ctx.task, code, replace(ctx.eval_config))
         s.built = True
         built += 1
 

@@ -24,7 +24,7 @@ TIERS = {
 def tier(r: EvalResult) -> int:
     if r.verdict == Verdict.CORRECT and r.custom_kernel:
         return 4 if r.faster else 3
-    if r.verdict in (Verdict.CORRECT, Verdict.NO_CUSTOM_KERNEL):
+    if r.verdict.outputs_match:
         return 2
     if r.compiled and r.verdict not in (Verdict.CHEAT,):
         return 1

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.device import device_kind
+from kernelwright.errors import BadInput
+from kernelwright.executors.base import Executor, make_executor, opened
 from kernelwright.records import Attempt, Cell, Task, Verdict, sha256_text
 from kernelwright.study.log import sole_writer
 from kernelwright.study.runner import (
@@ -43,10 +45,10 @@ from kernelwright.study.runner import (
     run_jobs,
 )
 from kernelwright.study.spec import EvalSettings
-from kernelwright.study.tasks import TaskFailure, resolve_tasks, task_number
+from kernelwright.tasks import TaskFailure, resolve_tasks, task_number
 
 
-class ImportInputError(ValueError):
+class ImportInputError(BadInput, ValueError):
     """Input that cannot be imported; the message is one line."""
 
 
@@ -157,14 +159,14 @@ def _attempt(key: str, regime: str, task: Task, c: Imported, result) -> Attempt:
 
 def _work(key: str, regime: str, chash: str, task: Task, cands: list[Imported], settings: EvalSettings,
           cache_dir: str | None):
-    def work(device: str, sink) -> Cell:
-        from kernelwright.evaluate import evaluate
+    def work(device: str, sink, executor: Executor) -> Cell:
         from kernelwright.strategies import selection
 
         attempts = []
         for c in cands:
             # the separately published code when there is one, else the answer as published
-            result = evaluate(task, c.code if c.code is not None else c.raw, settings.to_config(device, cache_dir))
+            result = executor.evaluate(task, c.code if c.code is not None else c.raw,
+                                       settings.to_config(device, cache_dir))
             a = _attempt(key, regime, task, c, result)
             attempts.append(a)
             sink(a)
@@ -228,7 +230,7 @@ def plan_import(candidates: list[Imported], tasks: list, label: str, settings: E
 
 def import_study(inputs: Sequence[Path], task_specs: list[str], out: Path, *, label: str | None = None,
                  settings: EvalSettings | None = None, devices: Sequence[str] = ("cpu",),
-                 cache_dir: str | None = None, jobs: int = 0, retry_failed: bool = False,
+                 cache_dir: str | None = None, jobs: int = 0, retry_failed: bool = False, executor: str = "local",
                  on_event: EventFn = lambda e: None, on_plan=lambda s: None) -> RunSummary:
     from kernelwright.device import validate_device
     from kernelwright.study.log import read_cells
@@ -250,7 +252,8 @@ def import_study(inputs: Sequence[Path], task_specs: list[str], out: Path, *, la
         if not todo:
             return summary
         spec = {"import": [str(p) for p in inputs], "tasks": task_specs, "label": label, "devices": list(devices),
-                "eval": settings.keyed()}
+                "eval": settings.keyed(), "executor": executor}
         record_invocation(out, spec, {chash: {"import": label, "device": kind, "eval": settings.keyed()}},
                           list(devices), pending=len(todo), kind="import")
-        return run_jobs(todo, out, DeviceSlots(devices), jobs or len(devices), on_event, summary)
+        with opened(make_executor(executor, devices)) as evaluator:
+            return run_jobs(todo, out, DeviceSlots(devices), jobs or len(devices), evaluator, on_event, summary)

@@ -29,6 +29,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from kernelwright.errors import BadInput
+from kernelwright.records import NewerSchema
 from kernelwright.study.records import Manifest, StudyAttempt, StudyCell
 
 log = logging.getLogger(__name__)
@@ -90,7 +92,10 @@ def read_records(path: Path, model: type[M]) -> tuple[list[M], int]:
                 continue
             try:
                 out.append(model.model_validate_json(line))
-            except ValidationError:
+            except ValidationError as e:
+                newer = [x["ctx"]["error"] for x in e.errors() if isinstance((x.get("ctx") or {}).get("error"), NewerSchema)]
+                if newer:  # not a torn line: the whole file is a newer kernelwright's, and must not be half read
+                    raise NewerSchema(f"{path}: {newer[0]}") from None
                 bad += 1
     if bad:
         log.warning("%s: skipped %d unreadable line(s) (a write cut short by a kill)", path, bad)
@@ -192,7 +197,7 @@ def read_study(*folders: Path) -> StudyData:
 WRITER_LOCK = ".writer.lock"
 
 
-class StudyBusy(Exception):
+class StudyBusy(BadInput):
     """Another kernelwright process is writing this study folder (one line, names it)."""
 
 

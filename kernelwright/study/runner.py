@@ -37,19 +37,20 @@ from typing import Any
 
 from kernelwright.device import DeviceLock
 from kernelwright.evaluate import GPUUnavailableError
+from kernelwright.executors.base import Executor
 from kernelwright.llm.base import Backend, ServerUnreachable
 from kernelwright.llm.coalesce import CoalescingBackend
 from kernelwright.records import Attempt, Cell, Task, Verdict
 from kernelwright.study.log import ATTEMPTS, CELLS, append_record, read_cells, sole_writer
 from kernelwright.study.records import FailureKind, StudyAttempt, StudyCell
 from kernelwright.study.spec import StudySpec
-from kernelwright.study.tasks import TaskFailure, TaskOrFailure, resolve_tasks
+from kernelwright.tasks import TaskFailure, TaskOrFailure, resolve_tasks
 
 log = logging.getLogger(__name__)
 
 EventFn = Callable[[dict[str, Any]], None]
 # (device, sink) -> the Cell; the sink gets each Attempt as it finishes
-CellWork = Callable[[str, Callable[[Attempt], None]], Cell]
+CellWork = Callable[[str, Callable[[Attempt], None], Executor], Cell]  # (device, sink, executor) -> Cell
 
 
 @dataclass
@@ -196,9 +197,10 @@ def _failure_cell(job: CellJob, run: str, kind: FailureKind, error: str, attempt
     )  # fmt: skip
 
 
-def run_jobs(jobs: Sequence[CellJob], folder: Path, slots: DeviceSlots, concurrency: int,
+def run_jobs(jobs: Sequence[CellJob], folder: Path, slots: DeviceSlots, concurrency: int, executor: Executor,
              on_event: EventFn = lambda e: None, summary: RunSummary | None = None) -> RunSummary:
-    """Run cells and log them; returns counts. Appends only (see log.py for the read rules)."""
+    """Run cells and log them, evaluating through `executor`; returns counts. Appends only (see
+    log.py for the read rules)."""
     summary = summary or RunSummary(planned=len(jobs), skipped=0)
     stop = threading.Event()
     count_lock = threading.Lock()
@@ -235,7 +237,7 @@ def run_jobs(jobs: Sequence[CellJob], folder: Path, slots: DeviceSlots, concurre
                 return
             try:
                 with slots.holding(device):
-                    core = job.work(device, sink)
+                    core = job.work(device, sink, executor)
                 if core.key != job.key:
                     raise RuntimeError(f"cell key mismatch: planned {job.key}, got {core.key}")
                 cell = StudyCell(**core.model_dump(), run=run, seed=job.seed, level=job.level, task_name=job.task_name,
@@ -307,10 +309,10 @@ def plan_jobs(spec: StudySpec, backend: Backend, tasks: Sequence[TaskOrFailure],
                                         failure=("task_load", task.error)))
                     continue
 
-                def work(device: str, sink, task=task, config=config, chash=chash) -> Cell:
+                def work(device: str, sink, executor: Executor, task=task, config=config, chash=chash) -> Cell:
                     cfg = spec.eval.to_config(device, spec.cache_dir)
                     return run_regime(task, backend, config, cfg, sink=sink, analysis_provider=facts,
-                                      config_hash=chash)
+                                      config_hash=chash, executor=executor)
 
                 jobs.append(CellJob(**common, task_hash=task.source_hash, work=work, scaffold=config.scaffold))
     return jobs
@@ -377,7 +379,7 @@ def run_study(spec: StudySpec, *, retry_failed: bool = False, on_event: EventFn 
 
 def _run_as_writer(spec: StudySpec, tasks: Sequence[TaskOrFailure], retry_failed: bool, on_event: EventFn,
                    on_plan: Callable[[RunSummary], None]) -> RunSummary:
-    from kernelwright.executors.base import installed, make_executor
+    from kernelwright.executors.base import make_executor, opened
     from kernelwright.llm import make_backend
     from kernelwright.study.manifest import finish_invocation, record_invocation
 
@@ -397,9 +399,8 @@ def _run_as_writer(spec: StudySpec, tasks: Sequence[TaskOrFailure], retry_failed
         ended = "interrupted"
         try:
             prefetch_scaffold_plans(spec, todo, tasks)
-            # Every evaluate() the strategies make goes through the executor while the cells run.
-            with installed(make_executor(spec.executor, spec.devices)):
-                summary = run_jobs(todo, spec.out, slots, spec.concurrency, on_event, summary)
+            with opened(make_executor(spec.executor, spec.devices)) as executor:
+                summary = run_jobs(todo, spec.out, slots, spec.concurrency, executor, on_event, summary)
             ended = f"stopped: {summary.stopped}" if summary.stopped else "completed"
             return summary
         except Exception as e:

@@ -36,6 +36,9 @@ from pydantic import (
 )
 
 from kernelwright.device import device_key, device_kind
+from kernelwright.errors import BadInput
+from kernelwright.evaluate.evaluator import EvalConfig
+from kernelwright.executors.base import EXECUTORS
 from kernelwright.strategies.config import RegimeConfig, RegimeError, parse_regime
 
 if sys.version_info >= (3, 11):
@@ -44,7 +47,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 
-class StudySpecError(ValueError):
+class StudySpecError(BadInput, ValueError):
     """A study file or flag that cannot be used; the message is one line."""
 
 
@@ -53,19 +56,20 @@ class EvalSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    timeout: float = 240.0
-    trials: int = 5
-    seed: int = 42
-    atol: float | None = None
-    rtol: float | None = None
-    warmup: int = 10
-    iters: int = 100
-    input_sets: int = 8
-    time: bool = True
-    size: str = "auto"
-    compile_only: bool = False
-    compile_baseline: bool = False  # also time torch.compile(reference): Table I's fast_1 vs torch.compile
-    compat: str = "kernelwright"  # or "kernelbench": KernelBench's definitions (EvalConfig.compat)
+    # the defaults are EvalConfig's own (one place for them)
+    timeout: float = EvalConfig.timeout
+    trials: int = EvalConfig.trials
+    seed: int = EvalConfig.seed
+    atol: float | None = EvalConfig.atol
+    rtol: float | None = EvalConfig.rtol
+    warmup: int = EvalConfig.warmup
+    iters: int = EvalConfig.iters
+    input_sets: int = EvalConfig.input_sets
+    time: bool = EvalConfig.time
+    size: str = EvalConfig.size
+    compile_only: bool = EvalConfig.compile_only
+    compile_baseline: bool = EvalConfig.compile_baseline  # also time torch.compile(reference): fast_1 vs torch.compile
+    compat: str = EvalConfig.compat  # or "kernelbench": KernelBench's definitions (EvalConfig.compat)
 
     def keyed(self) -> dict:
         """The settings as cell keys hash them: a setting added later is left out at its default, so
@@ -160,8 +164,8 @@ class StudySpec(BaseModel):
     def _target(self) -> StudySpec:
         if self.target is not None and self.target not in ("cuda", "triton", "cpp"):
             raise ValueError(f"unknown target {self.target!r}: use cuda, triton or cpp")
-        if self.executor not in ("local", "ray"):
-            raise ValueError(f"unknown executor {self.executor!r}: use local or ray")
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"unknown executor {self.executor!r}: use {', '.join(EXECUTORS)}")
         if self.jobs < 0 or self.max_tokens < 1:
             raise ValueError("jobs must be >= 0 and max_tokens >= 1")
         return self

@@ -16,6 +16,8 @@ Selectors are comma-separated numbers and inclusive ranges (``1-5,7``); empty or
 Files are checked by parsing them (never importing: task code runs only in the evaluator's
 sandbox), and ``Task.source`` holds the full text. Any bad input raises ``TaskError`` with a
 one-line message. ``load_task(spec)`` returns exactly one task or raises ``TaskError``.
+``resolve_tasks(specs)`` is the lenient form a study uses: a broken file in a folder or KernelBench
+selection is a ``TaskFailure`` (a failed cell) instead of an error for the whole selection.
 
 Size switch: every built-in task has two sizes, chosen when its source is *executed* (so in the
 evaluator's process, not at load time) by the environment variable ``KERNELWRIGHT_SIZE``
@@ -31,6 +33,7 @@ Any other value is treated as ``small`` (with a logged warning when built-in tas
 
 from kernelwright.tasks.builtin import SIZE_ENV, SIZES, SUITE_DIR
 from kernelwright.tasks.errors import TaskError
-from kernelwright.tasks.loader import load_task, load_tasks
+from kernelwright.tasks.loader import TaskFailure, TaskOrFailure, load_task, load_tasks, resolve_tasks, task_number
 
-__all__ = ["SIZE_ENV", "SIZES", "SUITE_DIR", "TaskError", "load_task", "load_tasks"]
+__all__ = ["SIZE_ENV", "SIZES", "SUITE_DIR", "TaskError", "TaskFailure", "TaskOrFailure", "load_task", "load_tasks",
+           "resolve_tasks", "task_number"]

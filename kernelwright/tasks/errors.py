@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from kernelwright.errors import BadInput
 
-class TaskError(ValueError):
+
+class TaskError(BadInput, ValueError):
     """A task spec or task file that cannot be loaded; the message is one line naming the problem."""
 
     def __init__(self, message: str) -> None:

@@ -84,3 +84,81 @@ def test_doctor_says_what_this_machine_can_do():
     assert by_name["c++ compiler"].split()[2] == "ok", by_name["c++ compiler"]
     assert lines[-1].startswith("this machine can: ")
     assert (p.returncode == 2) == any(" MISSING " in ln for ln in lines)
+
+
+@pytest.mark.parametrize("executor", ["direct", "local"])
+def test_a_run_folder_is_a_study_folder_that_study_report_reads(tmp_path, executor):
+    """`run --out` records as `study run` does (study/cell_log.py): the same three files and record
+    shapes, so `study report` reads the folder; running again appends a newer line for the cell.
+    The executor the command was given is the one on record, with the same verdict either way."""
+    from kernelwright.study.log import read_study
+    from tests.strategies import plan
+
+    out = tmp_path / "run"
+    args = ["run", "--regime", "zero_shot", "--no-scaffold", "--task", plan.L1, "--max-tokens", "768",
+            "--model", f"replay:{plan.transcript('zero_shot')}", "--out", str(out), "--json", "--executor", executor]
+    first = kw(*args, env_cache=tmp_path / "cache")
+    assert first.returncode == 0, first.stderr
+    again = kw(*args, env_cache=tmp_path / "cache")
+    assert again.returncode == 0, again.stderr
+    printed = json.loads(again.stdout)
+
+    data = read_study(out)
+    [cell] = data.cells  # the same key twice: the later line is the cell
+    assert cell.key == printed["key"] and cell.task_id == plan.L1 and cell.regime == "zero_shot"
+    assert cell.model == plan.MODEL and cell.device == "cpu" and cell.task_hash
+    [attempt] = data.attempts_of(cell)
+    assert attempt.id == cell.selected == printed["selected"] and attempt.cell_key == cell.key
+    assert len((out / "attempts.jsonl").read_text().splitlines()) == 2  # both runs' attempts are kept on disk
+    runs = data.manifests[0].runs
+    assert [(r.kind, r.ended, r.done) for r in runs] == [("run", "completed", 1)] * 2
+    assert data.manifests[0].study["executor"] == executor
+    assert cell.verdict.value == "runtime_error"  # the recorded answer fails at import, whichever evaluates it
+
+    report = kw("study", "report", str(out))
+    assert report.returncode == 0, report.stderr
+    text = (out / "REPORT.md").read_text()
+    assert "1 cell(s), 1 candidate(s)" in text and f"### {plan.L1}" in text
+    assert "| zero_shot | 1 |" in text
+
+
+def test_every_error_a_command_ends_with_maps_to_its_exit_code_in_one_place():
+    """The errors a command can end with are one tree (errors.KernelwrightError); the command group
+    (cli/console.Commands) turns any of them into one line on stderr and the error's exit code."""
+    import typer
+    from typer.testing import CliRunner
+
+    from kernelwright.cli.console import Commands
+    from kernelwright.errors import EXIT_BAD_INPUT, EXIT_GPU_GONE, GPUUnavailableError, KernelwrightError
+    from kernelwright.llm.base import BackendError, ServerUnreachable
+    from kernelwright.optimize.inputs import InputError
+    from kernelwright.records import NewerSchema
+    from kernelwright.report.study_report import ReportError
+    from kernelwright.strategies.config import RegimeError
+    from kernelwright.study.importer import ImportInputError
+    from kernelwright.study.log import StudyBusy
+    from kernelwright.study.spec import StudySpecError
+    from kernelwright.tasks import TaskError
+
+    raised = {"task": TaskError("no such task: x"), "regime": RegimeError("unknown regime 'x'"),
+              "spec": StudySpecError("bad study file"), "import": ImportInputError("no inputs"),
+              "input": InputError("no Model"), "report": ReportError("nothing to report"),
+              "busy": StudyBusy("held by pid 1"), "schema": NewerSchema("written under schema 9"),
+              "backend": BackendError("server said no"), "server": ServerUnreachable("connection refused"),
+              "gpu": GPUUnavailableError("cuda:0")}
+    app = typer.Typer(cls=Commands)
+
+    @app.command()
+    def fails(what: str) -> None:
+        raise raised[what]
+
+    @app.command()
+    def other() -> None:
+        pass
+
+    for what, error in raised.items():
+        assert isinstance(error, KernelwrightError)
+        result = CliRunner().invoke(app, ["fails", what])
+        assert result.exit_code == (EXIT_GPU_GONE if what == "gpu" else EXIT_BAD_INPUT), (what, result.output)
+        assert result.output.strip().splitlines() == [f"error: {error}"], (what, result.output)
+    assert isinstance(TaskError("x"), ValueError)  # still what callers that catch ValueError expect

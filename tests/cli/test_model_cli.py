@@ -10,11 +10,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from kernelwright.cli.console import Commands
 from kernelwright.cli.model import generate, load_prompt, model_app
 from kernelwright.llm import BackendError, Completion, GenerationRequest
 from kernelwright.llm.replay import Recording, request_key
 
-app = typer.Typer()
+app = typer.Typer(cls=Commands)  # as kernelwright.cli.main registers them
 app.add_typer(model_app, name="model")
 app.command("generate")(generate)
 runner = CliRunner()
@@ -73,8 +74,8 @@ def test_generate_from_replay(tmp_path: Path) -> None:
     result = runner.invoke(app, args + ["--json"])
     data = json.loads(result.output)
     assert data["model"] == "m" and [c["text"] for c in data["completions"]] == ["answer 0", "answer 1"]
-    result = runner.invoke(app, args[:-1] + ["51"])  # not recorded: a clear error, exit 1
-    assert result.exit_code == 1 and "no recording for request" in result.output
+    result = runner.invoke(app, args[:-1] + ["51"])  # not recorded: a clear error, exit 2 (errors.BackendError)
+    assert result.exit_code == 2 and "no recording for request" in result.output
 
 
 def test_model_commands(tmp_path: Path, monkeypatch) -> None:
@@ -82,6 +83,6 @@ def test_model_commands(tmp_path: Path, monkeypatch) -> None:
     result = runner.invoke(app, ["model", "list"])
     assert result.exit_code == 0 and "qwen2.5-coder-0.5b" in result.output and "not pulled" in result.output
     result = runner.invoke(app, ["model", "path", "qwen2.5-coder-0.5b"])
-    assert result.exit_code == 1 and "does not exist" in result.output
+    assert result.exit_code == 2 and "does not exist" in result.output
     result = runner.invoke(app, ["model", "pull", "nope"])
-    assert result.exit_code == 1 and "unknown embedded model 'nope'" in result.output
+    assert result.exit_code == 2 and "unknown embedded model 'nope'" in result.output

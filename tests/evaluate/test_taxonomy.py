@@ -130,3 +130,18 @@ def test_first_relevant_lines_dedups_caps_and_falls_back() -> None:
                  "    import tilelang\nModuleNotFoundError: No module named 'tilelang'")
     assert first_relevant_lines(traceback) == "ModuleNotFoundError: No module named 'tilelang'"
     assert first_relevant_lines("[1/1] c++ x.cpp\nsomething odd happened\n") == "something odd happened"
+
+
+def test_the_verdict_groups_partition_what_can_happen() -> None:
+    """Each verdict says which group it is in (records.Verdict's properties, the one place for them):
+    decided before any build, a failed build, stopped by a kill or memory, or reached after the
+    candidate built; exactly one for every verdict, so no verdict falls between two checks."""
+    from kernelwright.records import Verdict
+
+    for v in Verdict:
+        groups = [v.decided_before_build, v.build_failed, v in (Verdict.TIMEOUT, Verdict.CRASH, Verdict.OUT_OF_MEMORY),
+                  v.built]
+        assert groups.count(True) == 1, (v, groups)
+        assert v.outputs_match <= v.built and (not v.compiles) <= v.is_failure_to_build
+    assert {v for v in Verdict if v.outputs_match} == {Verdict.CORRECT, Verdict.NO_CUSTOM_KERNEL}
+    assert {v for v in Verdict if v.may_have_hung_the_device} == {Verdict.TIMEOUT, Verdict.CRASH}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.evaluate import EvalConfig, evaluate
+from kernelwright.evaluate import EvalConfig
 from kernelwright.records import Attempt, Cell, Verdict
 from kernelwright.study.log import ATTEMPTS, CELLS
 from kernelwright.study.runner import CellJob, DeviceSlots, run_jobs
@@ -79,10 +79,10 @@ def _jobs(task, cfg) -> list[CellJob]:
     for name, plan in CELL_PLAN.items():
         key = f"cfg/ray_test/{name}"
 
-        def work(device: str, sink, key=key, plan=plan, name=name) -> Cell:
+        def work(device: str, sink, executor, key=key, plan=plan, name=name) -> Cell:
             ids = []
             for i, (file, _) in enumerate(plan):
-                result = evaluate(task, (CPU / file).read_text(), cfg)  # routed through the executor
+                result = executor.evaluate(task, (CPU / file).read_text(), cfg)  # the study's executor: Ray
                 attempt = Attempt(id=f"{key}/t0/s{i}", task_id=task.id, regime="ray_test", turn=0, sample=i,
                                   prompt_hash="-", messages=[], raw_response=file, eval=result)
                 sink(attempt)
@@ -96,7 +96,7 @@ def _jobs(task, cfg) -> list[CellJob]:
 
 
 def test_a_study_survives_a_worker_node_dying_mid_job(cluster, tmp_path):
-    from kernelwright.executors.base import installed
+    from kernelwright.executors.base import opened
     from kernelwright.executors.ray import RayExecutor
 
     task = load_task(str(TASKS / "bias_relu.py"))
@@ -109,8 +109,8 @@ def test_a_study_survives_a_worker_node_dying_mid_job(cluster, tmp_path):
     outcome: dict = {}
 
     def study() -> None:
-        with installed(executor):
-            outcome["summary"] = run_jobs(_jobs(task, cfg), folder, DeviceSlots(["cpu"]), 2)
+        with opened(executor):
+            outcome["summary"] = run_jobs(_jobs(task, cfg), folder, DeviceSlots(["cpu"]), 2, executor)
 
     runner = threading.Thread(target=study)
     runner.start()

@@ -21,6 +21,7 @@ from kernelwright.errors import EXIT_FASTER, EXIT_NOT_FASTER
 from kernelwright.optimize.types import Outcome
 from kernelwright.records import Attempt
 from kernelwright.strategies import selection
+from kernelwright.study.log import read_study
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "mlp_block.py"
@@ -83,7 +84,8 @@ def test_optimize_end_to_end_on_replay(mode, tmp_path, build_cache):
     p = optimize(str(EXAMPLE), "--model", f"replay:{TRANSCRIPT}", "--facts", str(FACTS), "--out", str(out),
                  *RECORDED_ARGS, mode, cache=build_cache)
     assert p.returncode in (EXIT_FASTER, EXIT_NOT_FASTER), (p.stdout, p.stderr)
-    assert {"report.md", "report.html", "attempts.jsonl", "summary.json"} <= {f.name for f in out.iterdir()}
+    assert {"report.md", "report.html", "attempts.jsonl", "cells.jsonl", "manifest.json",
+            "summary.json"} <= {f.name for f in out.iterdir()}
 
     attempts = [Attempt.model_validate_json(line) for line in (out / "attempts.jsonl").read_text().splitlines()]
     outcome = Outcome.model_validate_json((out / "summary.json").read_text())
@@ -105,6 +107,17 @@ def test_optimize_end_to_end_on_replay(mode, tmp_path, build_cache):
     assert "<html" in html and "Every attempt" in html and "src=\"http" not in html  # opens from disk
     if not goal:
         assert "Nothing verified beats the reference" in report and "Nothing verified beats the reference" in p.stdout
+
+    # the folder is a one-task study (study/cell_log.py): `study report` reads it, one cell per round
+    data = read_study(out)
+    [cell] = data.cells
+    assert cell.task_id == outcome.task_id and [a.id for a in data.attempts_of(cell)] == [a.id for a in attempts]
+    assert cell.selected == best.id and data.manifests[0].runs[-1].kind == "optimize"
+    assert data.manifests[0].runs[-1].ended == "completed"
+    studied = subprocess.run([sys.executable, "-m", "kernelwright.cli", "study", "report", str(out)],
+                             capture_output=True, text=True, timeout=300)
+    assert studied.returncode == 0, studied.stderr
+    assert f"1 cell(s), {len(attempts)} candidate(s)" in (out / "REPORT.md").read_text()
 
     if selection.tier(best.eval) >= 2:  # a correct candidate is kept, runnable as is
         model_new = out / "model_new.py"

@@ -61,6 +61,29 @@ def test_a_torn_last_line_does_not_corrupt_the_next_record(tmp_path):
     assert [a.id for a in got] == [r.id, "second"] and bad == 1
 
 
+def test_a_record_of_a_newer_schema_is_refused_not_skipped(tmp_path):
+    """A torn line is skipped and counted; a whole record written under a newer schema is refused with
+    one line (`study report` exits 2), never half read as if the fields meant what they mean here."""
+    import json
+    import subprocess
+    import sys
+
+    from kernelwright.records import SCHEMA_VERSION, NewerSchema
+
+    a = attempt("h/zero_shot/t1", "run1", 0, 0, result(Verdict.CORRECT))
+    folder = write(tmp_path / "s", [cell("h/zero_shot/t1", "run1", [a], a)], [a])
+    assert len(read_study(folder).cells) == 1
+    line = json.loads((folder / CELLS).read_text())
+    line["schema_version"] = SCHEMA_VERSION + 1
+    (folder / CELLS).write_text(json.dumps(line) + "\n")
+    with pytest.raises(NewerSchema, match=f"schema {SCHEMA_VERSION + 1}"):
+        read_study(folder)
+    p = subprocess.run([sys.executable, "-m", "kernelwright.cli", "study", "report", str(folder)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "newer kernelwright" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert len([x for x in p.stderr.splitlines() if x.strip()]) == 1
+
+
 def test_attempts_of_an_interrupted_cell_are_not_read(tmp_path):
     key = "h/zero_shot/t1"
     killed = [attempt(key, "dead", 0, 0, result(Verdict.WRONG_OUTPUT))]
