@@ -40,6 +40,8 @@ def _tier_of(cmdline: str) -> Optional[str]:
         # preprocessing only, a query of milliseconds: grounding asks the compiler once per process
         # for its include search list (`c++ -E -x c++ - -v`); whichever test asks first is not a build
         return None
+    if head == "nvcc" and ("--version" in args or "-V" in args):
+        return None  # a version query (`kernelwright doctor`), milliseconds: it builds nothing
     if head in _PROGRAMS:
         return _PROGRAMS[head]
     text = cmdline[:400]

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent / "kernelwright"
 # processes, OS confinement); measure/ is how the judge, the analysis and the scaffold feed,
 # compare and time a forward.
 LAYERS = [
-    {"kernelwright", "records", "errors", "device", "child", "pyast", "astutil", "extract", "confine",
+    {"kernelwright", "records", "errors", "events", "device", "child", "pyast", "astutil", "extract", "confine",
      "confine_mounts"},
     {"measure"},
     {"tasks"},

@@ -191,6 +191,7 @@ def run_cmd(
                                  "local (this machine's pool: duplicates once, builds ahead) or ray."),
 ) -> None:
     """Run one interaction regime on one task with a model, evaluating every candidate."""
+    from kernelwright.cli.display import Display
     from kernelwright.evaluate import EvalConfig
     from kernelwright.executors.base import EXECUTORS, make_executor, opened
     from kernelwright.llm import make_backend
@@ -218,9 +219,10 @@ def run_cmd(
     err.print(f"regime {config.spec} · task {the_task.id} · model {backend.model} · target {tgt} · device {device}")
     try:
         with _cell_log(out_dir, the_task, backend.model, model, device, EvalSettings(timeout=timeout, iters=iters),
-                       config, executor) as record, opened(make_executor(executor, [device])) as evaluator:
+                       config, executor) as record, opened(make_executor(executor, [device])) as evaluator, \
+                Display(err) as display:
             cell = run_regime(the_task, backend, config, cfg, sink=record.sink if record else lambda a: None,
-                              progress=_print_progress, config_hash=record.config_hash if record else None,
+                              progress=display, config_hash=record.config_hash if record else None,
                               cell_sink=record.finish if record else None, executor=evaluator)
     except OSError as e:  # a full disk or a read-only folder: what is on disk stays whole (log.append_record)
         fail(f"cannot write to {out_dir}: {e.strerror or e}")
@@ -249,21 +251,6 @@ def _cell_log(out_dir: Optional[Path], task, model: str, model_spec: Optional[st
     log = CellLog(out_dir, task, model, device, settings, model_spec=model_spec, kind="run", executor=executor)
     with log.open(config):
         yield log.cell(config)
-
-
-def _print_progress(e: dict) -> None:
-    kind = e.get("event")
-    if kind == "generate":
-        err.print(f"turn {e['turn']}: generating {e['n']} candidate(s)")
-    elif kind == "role":
-        err.print(f"turn {e['turn']}: {e['role']}")
-    elif kind == "route":
-        err.print(f"routed to {e['regime']}: {e['reason']}")
-    elif kind == "scaffold":
-        err.print(f"no scaffold: {e['reason']}")
-    elif kind == "verdict":
-        speed = f" speedup {e['speedup']:.3g}x" if e.get("speedup") is not None else ""
-        err.print(f"turn {e['turn']} candidate {e['sample'] + 1}/{e['n']}: {e['verdict']}{speed}")
 
 
 def main() -> None:

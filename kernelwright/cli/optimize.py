@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from kernelwright.evaluate.evaluator import EvalConfig
+from kernelwright.events import Step
 from kernelwright.optimize.types import Options
 
 # Path-typed options as module-level singletons (a Path default is mutable to the linter's eyes).
@@ -92,7 +93,7 @@ def optimize_cmd(
     with Display(err, budget) as display:  # a failed profiling (InputError) ends it before any generation
         outcome, attempts = optimize(task, opts, backend, folder, budget, outputs=checked.outputs,
                                      progress=display, facts_path=facts)
-        display({"event": "step", "step": "writing the report"})
+        display(Step("writing the report"))
         write_report(folder, task, outcome, attempts)
     stdout.print(headline(outcome), highlight=False, soft_wrap=True)
     b = outcome.baseline

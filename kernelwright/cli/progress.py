@@ -16,6 +16,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from kernelwright.events import AttemptDone, CellDone, CellSkipped, Event
+
 
 class StudyProgress:
     """Feed it the runner's events. On a terminal it draws a live bar; elsewhere (CI logs, tests)
@@ -45,22 +47,21 @@ class StudyProgress:
         counts = " ".join(f"{k}:{v}" for k, v in sorted(self.verdicts.items()))
         return f"{self.candidates} candidates  {counts}"
 
-    def __call__(self, e: dict[str, Any]) -> None:
+    def __call__(self, e: Event) -> None:
         with self._lock:
-            kind = e.get("event")
-            if kind == "attempt":
+            if isinstance(e, AttemptDone):
                 self.candidates += 1
-                self.verdicts[e["verdict"]] += 1
-            elif kind == "cell_done":
-                cell = e["cell"]
+                self.verdicts[e.verdict] += 1
+            elif isinstance(e, CellDone):
+                cell = e.cell
                 if self._bar is not None:
                     self.progress.advance(self._bar)
                 if not self.live:
                     done = int(self.progress.tasks[0].completed) if self.progress.tasks else 0
-                    what = cell.verdict.value if cell.status == "ok" else f"FAILED ({cell.failure})"
+                    what = cell.verdict.value if getattr(cell, "status", "ok") == "ok" else f"FAILED ({cell.failure})"
                     self.console.print(f"[{done}/{self.total}] {cell.regime} {cell.task_id} seed {cell.seed}: {what}",
                                        highlight=False, soft_wrap=True)
-            elif kind == "cell_skipped":
-                self.console.print(f"left pending: {e['key']}: {e['why']}", highlight=False, soft_wrap=True)
+            elif isinstance(e, CellSkipped):
+                self.console.print(f"left pending: {e.key}: {e.why}", highlight=False, soft_wrap=True)
             if self._bar is not None:
                 self.progress.update(self._bar, description=self._describe())

@@ -19,6 +19,7 @@ from typing import Optional
 
 from kernelwright.errors import EXIT_BAD_INPUT, EXIT_FASTER, EXIT_GPU_GONE, EXIT_INTERRUPTED, EXIT_NOT_FASTER
 from kernelwright.evaluate import EvaluatorError, GPUUnavailableError
+from kernelwright.events import Event, Round, Routed, Step
 from kernelwright.executors.base import make_executor, opened
 from kernelwright.llm.base import Backend, BackendError, first_line
 from kernelwright.optimize import baseline as baseline_mod
@@ -57,7 +58,7 @@ def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget:
     outcome = Outcome(task_id=task.id, source_path=task.path or task.id, options=opts, model=backend.model,
                       outputs=outputs or [])
 
-    progress({"event": "step", "step": "profiling the reference"})
+    progress(Step("profiling the reference"))
     try:
         analysis = analyze(task, device=opts.device)
     except AnalysisError as e:
@@ -69,16 +70,16 @@ def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget:
     outcome.roofline_line = facts.roofline_line
 
     if budget.left() > MIN_BASELINE_S:
-        progress({"event": "step", "step": "timing eager and torch.compile"})
+        progress(Step("timing eager and torch.compile"))
         outcome.baseline = baseline_mod.measure(task, opts.device, opts.iters,
                                                 timeout=max(MIN_BASELINE_S, min(opts.baseline_timeout, budget.left())))
     else:  # the budget bounds wall time, the baselines included
         outcome.baseline = Baseline(error="skipped: the budget was spent before the baselines")
 
     attempts: list[Attempt] = []
-    def watch(e: dict) -> None:
-        if e.get("event") == "route":
-            outcome.route = f"{e['regime']}: {e['reason']}"
+    def watch(e: Event) -> None:
+        if isinstance(e, Routed):
+            outcome.route = f"{e.regime}: {e.reason}"
         progress(e)
 
     eval_cfg = eval_config(opts)
@@ -95,7 +96,7 @@ def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget:
                         outcome.stopped = "budget"
                         break
                     r = outcome.rounds
-                    progress({"event": "round", "round": r})
+                    progress(Round(r))
                     config = _round_config(opts, r)
                     cell = log.cell(config)
                     outcome.rounds += 1

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from kernelwright import prompts
 from kernelwright.device import resolve_size
 from kernelwright.evaluate import EvalConfig
+from kernelwright.events import Asking, Evaluating, EventFn, Generating, Judged, NoScaffold
 from kernelwright.executors.base import Direct, Executor
 from kernelwright.extract import extract_code
 from kernelwright.llm.base import Backend, ChatMessage, Completion, GenerationRequest
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 
 TARGET_NAMES = {"cuda": "CUDA", "triton": "Triton", "cpp": "C++ (CPU)"}
 
-ProgressFn = Callable[[dict[str, Any]], None]
+ProgressFn = EventFn  # events.py: what the regime reports as it goes
 
 
 @dataclass
@@ -83,7 +84,7 @@ class RunContext:
             self.notes["scaffold"] = {"available": available, "reason": reason}
             self._scaffold = sc if available else False
             if not available:
-                self.progress({"event": "scaffold", "available": False, "reason": reason})
+                self.progress(NoScaffold(reason=reason))
         return self._scaffold or None
 
     # -- prompts -------------------------------------------------------------------------------
@@ -128,7 +129,7 @@ class RunContext:
 
     def ask(self, role: str, user: str, turn: int, temperature: float = 0.0) -> str:
         """One text answer from a non-generating role (analyzer, researcher, feedback analyzer)."""
-        self.progress({"event": "role", "role": role, "turn": turn})
+        self.progress(Asking(role=role, turn=turn))
         request = self._request(self.messages(user), 1, temperature, self.config.role_max_tokens,
                                 self.config.seed + 1000 * turn + 7)
         text = self._generate(request)[0].text
@@ -141,7 +142,7 @@ class RunContext:
         grounded and evaluated; every one is logged, whatever happens to it."""
         messages = self.messages(user)
         request = self._request(messages, n, temperature, self.config.max_tokens, self.config.seed + 1000 * turn)
-        self.progress({"event": "generate", "turn": turn, "n": n})
+        self.progress(Generating(turn=turn, n=n))
         started = time.monotonic()
         completions = self._generate(request)
         gen_s = (time.monotonic() - started) / max(1, len(completions))
@@ -153,8 +154,8 @@ class RunContext:
             attempt = self._attempt(messages, comp, code, grounding, result, turn, i, gen_s, {**(notes or {}), **extra})
             self.attempts.append(attempt)
             self.sink(attempt)
-            self.progress({"event": "verdict", "turn": turn, "sample": i, "n": n, "verdict": result.verdict.value,
-                           "speedup": result.speedup, "custom": result.custom_kernel})
+            self.progress(Judged(turn=turn, sample=i, n=n, verdict=result.verdict.value, speedup=result.speedup,
+                                 custom=result.custom_kernel))
             out.append(attempt)
         return out
 
@@ -185,7 +186,7 @@ class RunContext:
     def _evaluate_all(self, codes: list[Optional[str]], turn: int) -> list[EvalResult]:
         def one(job: tuple[int, Optional[str]]) -> EvalResult:
             i, code = job
-            self.progress({"event": "evaluate", "turn": turn, "sample": i, "n": len(codes)})
+            self.progress(Evaluating(turn=turn, sample=i, n=len(codes)))
             if code is None:
                 return EvalResult(verdict=Verdict.NO_CODE, error="no Python code in the answer", task_id=self.task.id,
                                   stages=[Stage(name="extract", seconds=0.0, ok=False)])

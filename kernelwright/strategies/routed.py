@@ -7,6 +7,7 @@ single regime overall, and only the agent solved fusions after a library op.
 
 from __future__ import annotations
 
+from kernelwright.events import Routed
 from kernelwright.strategies.base import RunContext
 
 RULES = {
@@ -27,6 +28,6 @@ def run(ctx: RunContext) -> None:
     analysis = ctx.analysis()
     regime, why = route(analysis.shape)
     ctx.notes["route"] = {"regime": regime, "shape": analysis.shape, "reason": why}
-    ctx.progress({"event": "route", "regime": regime, "reason": why})
+    ctx.progress(Routed(regime=regime, reason=why))
     assert regime in REGIMES
     load_regime(regime)(ctx)

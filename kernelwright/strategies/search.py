@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from kernelwright import prompts
+from kernelwright.events import Evaluating, Generating, Judged, Searched
 from kernelwright.llm.base import Completion
 from kernelwright.records import Attempt, EvalResult, Stage, Verdict
 from kernelwright.strategies import feedback, selection
@@ -125,7 +126,7 @@ def prompt_vars(ctx: RunContext) -> dict[str, Any]:
 def _draw(ctx: RunContext, user: str, turn: int, n: int, temperature: float) -> list[Sample]:
     request = ctx._request(ctx.messages(user), n, temperature, ctx.config.max_tokens,
                            ctx.config.seed + 1000 * turn).model_copy(update={"grammar": _grammar(ctx)})
-    ctx.progress({"event": "generate", "turn": turn, "n": n})
+    ctx.progress(Generating(turn=turn, n=n))
     started = time.monotonic()
     completions = ctx._generate(request)
     per_sample = (time.monotonic() - started) / max(1, len(completions))
@@ -210,7 +211,7 @@ def _build(ctx: RunContext, samples: list[Sample], turn: int) -> None:
         if built >= MAX_BUILDS or any(x.result is not None and selection.tier(x.result) >= 3 for x in samples):
             break
         code = s.grounding.code if s.grounding is not None else s.code
-        ctx.progress({"event": "evaluate", "turn": turn, "sample": s.index, "n": len(samples)})
+        ctx.progress(Evaluating(turn=turn, sample=s.index, n=len(samples)))
         s.result = ctx.executor.evaluate(ctx.task, code, replace(ctx.eval_config))
         s.built = True
         built += 1
@@ -250,18 +251,17 @@ def _record(ctx: RunContext, user: str, samples: list[Sample], turn: int) -> lis
         ctx.attempts.append(attempt)
         ctx.sink(attempt)
         if s.built:  # the rest are in the turn's summary line
-            ctx.progress({"event": "verdict", "turn": turn, "sample": s.index, "n": len(samples),
-                          "verdict": result.verdict.value, "speedup": result.speedup, "custom": result.custom_kernel})
+            ctx.progress(Judged(turn=turn, sample=s.index, n=len(samples), verdict=result.verdict.value,
+                                speedup=result.speedup, custom=result.custom_kernel))
         out.append(attempt)
     return out
 
 
-def _summary(samples: list[Sample], turn: int) -> dict[str, Any]:
+def _summary(samples: list[Sample], turn: int) -> Searched:
     distinct = _distinct(samples)
     checked = [s for s in distinct if s.check is not None]
-    return {"event": "search", "turn": turn, "drawn": len(samples), "distinct": len(distinct),
-            "checked": len(checked), "passed": sum(1 for s in checked if s.check.passed),
-            "to_build": min(MAX_BUILDS, len(_order(samples)))}
+    return Searched(turn=turn, drawn=len(samples), distinct=len(distinct), checked=len(checked),
+                    passed=sum(1 for s in checked if s.check.passed), to_build=min(MAX_BUILDS, len(_order(samples))))
 
 
 # -- counterexample repair -----------------------------------------------------------------------

@@ -37,6 +37,7 @@ from typing import Any
 
 from kernelwright.device import DeviceLock
 from kernelwright.evaluate import GPUUnavailableError
+from kernelwright.events import AttemptDone, CellDone, CellSkipped, CellStarted, EventFn
 from kernelwright.executors.base import Executor
 from kernelwright.llm.base import Backend, ServerUnreachable
 from kernelwright.llm.coalesce import CoalescingBackend
@@ -48,7 +49,6 @@ from kernelwright.tasks import TaskFailure, TaskOrFailure, resolve_tasks
 
 log = logging.getLogger(__name__)
 
-EventFn = Callable[[dict[str, Any]], None]
 # (device, sink) -> the Cell; the sink gets each Attempt as it finishes
 CellWork = Callable[[str, Callable[[Attempt], None], Executor], Cell]  # (device, sink, executor) -> Cell
 
@@ -213,7 +213,7 @@ def run_jobs(jobs: Sequence[CellJob], folder: Path, slots: DeviceSlots, concurre
         run = uuid.uuid4().hex[:12]
         device: str | None = None
         attempts: list[Attempt] = []
-        on_event({"event": "cell_start", "key": job.key, "regime": job.regime, "task": job.task_id})
+        on_event(CellStarted(key=job.key, regime=job.regime, task=job.task_id))
 
         def sink(a: Attempt) -> None:
             append_record(folder / ATTEMPTS, StudyAttempt(
@@ -222,7 +222,7 @@ def run_jobs(jobs: Sequence[CellJob], folder: Path, slots: DeviceSlots, concurre
             attempts.append(a)
             with count_lock:
                 summary.attempts += 1
-            on_event({"event": "attempt", "key": job.key, "verdict": a.eval.verdict.value})
+            on_event(AttemptDone(key=job.key, verdict=a.eval.verdict.value))
 
         if job.work is None:
             kind, error = job.failure or ("task_load", "unknown")
@@ -251,7 +251,7 @@ def run_jobs(jobs: Sequence[CellJob], folder: Path, slots: DeviceSlots, concurre
                     summary.not_run += 1
                     summary.stopped = f"the model server cannot be reached ({e})"
                     summary.stopped_by_model = True
-                on_event({"event": "cell_skipped", "key": job.key, "why": str(e)})
+                on_event(CellSkipped(key=job.key, why=str(e)))
                 return
             except GPUUnavailableError as e:
                 slots.mark_lost(device)
@@ -260,7 +260,7 @@ def run_jobs(jobs: Sequence[CellJob], folder: Path, slots: DeviceSlots, concurre
                     # outcome, so it stays pending for the next run instead of being scored
                     with count_lock:
                         summary.not_run += 1
-                    on_event({"event": "cell_skipped", "key": job.key, "why": str(e)})
+                    on_event(CellSkipped(key=job.key, why=str(e)))
                     return
                 cell = _failure_cell(job, run, "worker", f"{type(e).__name__}: {e}", attempts, device)
             except Exception as e:  # noqa: BLE001 - any failure of one cell is that cell's recorded outcome
@@ -273,7 +273,7 @@ def run_jobs(jobs: Sequence[CellJob], folder: Path, slots: DeviceSlots, concurre
             summary.done += 1
             summary.failed += cell.status == "failed"
             summary.verdicts[cell.verdict.value if cell.status == "ok" else "cell_failed"] += 1
-        on_event({"event": "cell_done", "key": job.key, "cell": cell})
+        on_event(CellDone(key=job.key, cell=cell))
 
     folder.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="kw-cell") as pool:

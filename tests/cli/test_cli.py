@@ -162,3 +162,53 @@ def test_every_error_a_command_ends_with_maps_to_its_exit_code_in_one_place():
         assert result.exit_code == (EXIT_GPU_GONE if what == "gpu" else EXIT_BAD_INPUT), (what, result.output)
         assert result.output.strip().splitlines() == [f"error: {error}"], (what, result.output)
     assert isinstance(TaskError("x"), ValueError)  # still what callers that catch ValueError expect
+
+
+def test_the_displays_read_typed_events():
+    """What the stages report is a typed record (events.py); off a terminal the displays print one
+    permanent line per event worth keeping, and ignore what is only a live step."""
+    import io
+
+    from rich.console import Console
+
+    from kernelwright.cli.display import Display
+    from kernelwright.cli.progress import StudyProgress
+    from kernelwright.events import (
+        AttemptDone,
+        CellDone,
+        CellSkipped,
+        Evaluating,
+        Generating,
+        Judged,
+        NoScaffold,
+        Routed,
+        Searched,
+        Step,
+    )
+    from kernelwright.records import Verdict
+    from tests.study._records import attempt, cell, result
+
+    buf = io.StringIO()
+    with Display(Console(file=buf, width=200)) as display:
+        for e in (Step("profiling the reference"), Routed("search", "a small model"), NoScaffold("no fusible op"),
+                  Generating(turn=0, n=8), Searched(turn=0, drawn=8, distinct=5, checked=5, passed=2, to_build=2),
+                  Evaluating(turn=0, sample=1, n=8), Judged(turn=0, sample=1, n=8, verdict="correct", speedup=1.5,
+                                                            custom=True)):
+            display(e)
+    lines = [line.split(" ", 1)[1] for line in buf.getvalue().splitlines()]
+    assert lines == ["profiling the reference", "routed to search: a small model", "no scaffold: no fusible op",
+                     "turn 0: 8 sampled, 5 distinct, 2 of 5 passed the pre-check, building 2",
+                     "turn 0 candidate 2/8: correct speedup 1.5x"]
+    assert display.verdicts == {"correct": 1}
+
+    buf = io.StringIO()
+    study = StudyProgress(Console(file=buf, width=200))
+    study.start(1)
+    study(AttemptDone(key="k", verdict="wrong_output"))
+    a = attempt("h/zero_shot/t", "run1", 0, 0, result(Verdict.WRONG_OUTPUT))
+    study(CellDone(key=a.cell_key, cell=cell(a.cell_key, "run1", [a], a)))
+    study(CellSkipped(key="k2", why="the model server cannot be reached"))
+    study.stop()
+    assert study.candidates == 1 and study.verdicts == {"wrong_output": 1}
+    assert buf.getvalue().splitlines() == ["[1/1] zero_shot t seed 0: wrong_output",
+                                           "left pending: k2: the model server cannot be reached"]
