@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from typing import Any, Optional
+import json
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -333,3 +334,69 @@ class Cell(Versioned):
     turns: int = 0
     wall_s: float = 0.0
     usage: Usage = Field(default_factory=Usage)
+
+
+# -- what crosses the evaluator's sandbox boundary ------------------------------------------------
+# The evaluator (parent) hands its judge (a sandboxed child) one job as JSON on stdin, and reads the
+# judge's authenticated messages back; the job and the closing message are these records.
+
+
+class TimingSpec(BaseModel):
+    warmup: int
+    iters: int
+    flush_cache: bool
+
+
+class EvalJob(BaseModel):
+    """One candidate against one task, for the judge (evaluate/judge.py)."""
+
+    kind: Literal["evaluate"] = "evaluate"
+    task_source: str
+    candidate_source: str
+    device: str  # cpu for compile-only and prebuild jobs: they never touch a GPU
+    trials: int
+    seed: int
+    atol: Optional[float] = None
+    rtol: Optional[float] = None
+    timing: TimingSpec
+    compile_baseline: bool = False
+    input_sets: int
+    time: bool = True
+    compile_only: bool = False
+    prebuild: bool = False  # import the candidate (its builds land in the cache) and stop
+    builds_root: str
+    build_scope: str
+    compat: str = "kernelwright"
+    workdir: str = ""  # the judge's private scratch: set by the sandbox
+    nonce: str = ""  # authenticates the judge's messages: set by the sandbox, never logged
+
+
+class BuildRequest(BaseModel):
+    key: str  # the build cache's key of these arguments
+    arguments: dict[str, Any]  # load_inline's, bound by name
+
+
+class BuildJob(BaseModel):
+    """Literal load_inline calls for the trusted builder (evaluate/builder.py); no candidate code runs."""
+
+    kind: Literal["build"] = "build"
+    arch: str
+    builds: list[BuildRequest]
+    workdir: str = ""
+    nonce: str = ""
+
+
+SandboxJob = Union[EvalJob, BuildJob]
+
+
+def parse_job(text: str) -> SandboxJob:
+    data = json.loads(text)
+    return BuildJob.model_validate(data) if data.get("kind") == "build" else EvalJob.model_validate(data)
+
+
+class JudgeResult(BaseModel):
+    """The judge's closing message: its verdict, the reason, and the result's measured fields."""
+
+    verdict: str  # a Verdict's value, or reference_failed / infrastructure_error (not the candidate's)
+    error: Optional[str] = None
+    fields: dict[str, Any] = Field(default_factory=dict)

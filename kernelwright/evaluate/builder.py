@@ -16,23 +16,22 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 from kernelwright.evaluate import buildcache
+from kernelwright.records import BuildJob
 
 
-def run(job: dict[str, Any]) -> None:
+def run(job: BuildJob) -> None:
     import torch.utils.cpp_extension as cpp_extension
 
     if not hasattr(cpp_extension, "_import_module_from_library"):
         return  # a torch whose loader moved: build nothing rather than load a build here
     cpp_extension._import_module_from_library = lambda *a, **k: None  # build, never load
-    if job.get("arch") is not None:
-        os.environ["TORCH_CUDA_ARCH_LIST"] = job["arch"]  # the arch the worker will build for
-    for build in job["builds"]:
-        folder = os.path.join(job["workdir"], "builds", build["key"])
+    os.environ["TORCH_CUDA_ARCH_LIST"] = job.arch  # the arch the worker will build for
+    for build in job.builds:
+        folder = os.path.join(job.workdir, "builds", build.key)
         os.makedirs(folder, exist_ok=True)
-        arguments = {**build["arguments"], "build_directory": folder, "verbose": False}
+        arguments = {**build.arguments, "build_directory": folder, "verbose": False}
         try:
             cpp_extension.load_inline(**arguments)
         except Exception as e:  # noqa: BLE001 - recorded; the worker raises it as its own build's

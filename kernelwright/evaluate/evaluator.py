@@ -28,7 +28,18 @@ from kernelwright.evaluate import buildcache, buildspec, sandbox
 from kernelwright.evaluate.static_checks import check_source
 from kernelwright.extract import extract_code
 from kernelwright.measure.draw import SEED
-from kernelwright.records import EvalResult, Finding, Stage, Task, Verdict, sha256_text
+from kernelwright.records import (
+    BuildJob,
+    BuildRequest,
+    EvalJob,
+    EvalResult,
+    Finding,
+    Stage,
+    Task,
+    TimingSpec,
+    Verdict,
+    sha256_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -247,29 +258,19 @@ def _environment(cfg: EvalConfig, device: str) -> dict[str, str]:
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
 
 
-def make_job(task: Task, code: str, code_hash: str, cfg: EvalConfig, prebuild: bool = False) -> dict[str, Any]:
+def make_job(task: Task, code: str, code_hash: str, cfg: EvalConfig, prebuild: bool = False) -> EvalJob:
     """The job the sandbox's worker runs (its `workdir` is the worker's scratch, added by the
     sandbox). `prebuild`: import the candidate (its builds run exactly as a full evaluation
     would build them, and land in the cache under its scope) and stop."""
-    return {
-        "task_source": task.source,
-        "candidate_source": code,
+    return EvalJob(
+        task_source=task.source, candidate_source=code,
         # compile-only never touches a GPU: the worker runs on the CPU and only builds
-        "device": "cpu" if (cfg.compile_only or prebuild) else cfg.device,
-        "trials": cfg.trials,
-        "seed": cfg.seed,
-        "atol": cfg.atol,
-        "rtol": cfg.rtol,
-        "timing": {"warmup": cfg.warmup, "iters": cfg.iters, "flush_cache": cfg.flush_cache},
-        "compile_baseline": cfg.compile_baseline,
-        "input_sets": cfg.input_sets,
-        "time": cfg.time,
-        "compile_only": cfg.compile_only or prebuild,
-        "prebuild": prebuild,
-        "builds_root": str(builds_root(cfg)),
-        "build_scope": buildcache.scope_of(code_hash),
-        "compat": cfg.compat,
-    }
+        device="cpu" if (cfg.compile_only or prebuild) else cfg.device,
+        trials=cfg.trials, seed=cfg.seed, atol=cfg.atol, rtol=cfg.rtol,
+        timing=TimingSpec(warmup=cfg.warmup, iters=cfg.iters, flush_cache=cfg.flush_cache),
+        compile_baseline=cfg.compile_baseline, input_sets=cfg.input_sets, time=cfg.time,
+        compile_only=cfg.compile_only or prebuild, prebuild=prebuild, builds_root=str(builds_root(cfg)),
+        build_scope=buildcache.scope_of(code_hash), compat=cfg.compat)
 
 
 def builds_root(cfg: EvalConfig) -> Path:
@@ -351,7 +352,7 @@ class SharedBuilds:
                             f"of {len(self.keys)}")
 
 
-def shared_builds(code: str, cfg: EvalConfig, job: dict[str, Any], run: SandboxRun) -> Optional[SharedBuilds]:
+def shared_builds(code: str, cfg: EvalConfig, job: EvalJob, run: SandboxRun) -> Optional[SharedBuilds]:
     """Build the candidate's literal load_inline calls with the trusted builder, into the shared
     scope of the build cache, unless they are there already. None when there is nothing to do
     (no literal call, compile-only objects, a torch without version metadata)."""
@@ -365,7 +366,7 @@ def shared_builds(code: str, cfg: EvalConfig, job: dict[str, Any], run: SandboxR
         return None  # the worker keys by torch.__version__ then: nothing to share safely
     started = time.monotonic()
     env = sandbox_env(cfg)
-    arch = _gpu_arch(job["device"]) if job["device"].startswith("cuda") else env.get("TORCH_CUDA_ARCH_LIST", "")
+    arch = _gpu_arch(job.device) if job.device.startswith("cuda") else env.get("TORCH_CUDA_ARCH_LIST", "")
     root = str(builds_root(cfg))
     keyed = {buildcache.build_key(b.arguments, arch, torch_version): b for b in specs.builds}
     present = [k for k, b in keyed.items() if buildcache.lookup(root, buildcache.SHARED, k, b.name)[0] is not None]
@@ -375,8 +376,7 @@ def shared_builds(code: str, cfg: EvalConfig, job: dict[str, Any], run: SandboxR
     failed: list[str] = []
     timed_out, confinement = False, None
     if todo:
-        build_job = {"kind": "build", "arch": arch,
-                     "builds": [{"key": k, "arguments": b.arguments} for k, b in todo.items()]}
+        build_job = BuildJob(arch=arch, builds=[BuildRequest(key=k, arguments=b.arguments) for k, b in todo.items()])
         outcome = run(build_job, timeout=cfg.timeout, env=env, held=sandbox_hold(cfg, prebuild=True))
         timed_out, confinement = outcome.timed_out, outcome.confinement
         try:
@@ -430,13 +430,13 @@ def _assemble(task: Task, code_hash: str, cfg: EvalConfig, out: sandbox.SandboxO
         where = out.last_stage or "start-up"
         return EvalResult(verdict=Verdict.CRASH, error=f"the evaluation process {why} during stage '{where}'",
                           compiled=_compiled_by(stages), **base)
-    verdict_name = final["verdict"]
+    verdict_name = final.verdict
     if verdict_name == "reference_error":
-        raise EvaluatorError(f"task {task.id}: the reference itself fails: {final.get('error')}")
+        raise EvaluatorError(f"task {task.id}: the reference itself fails: {final.error}")
     if verdict_name == "infrastructure_error":
-        raise InfrastructureError(f"evaluation of a candidate for {task.id} could not run here: {final.get('error')}")
-    fields = dict(final.get("fields") or {})
-    result = EvalResult(verdict=Verdict(verdict_name), error=strip_paths(final.get("error")), **base, **{
+        raise InfrastructureError(f"evaluation of a candidate for {task.id} could not run here: {final.error}")
+    fields = dict(final.fields)
+    result = EvalResult(verdict=Verdict(verdict_name), error=strip_paths(final.error), **base, **{
         k: v for k, v in fields.items() if k in EvalResult.model_fields and k not in base})
     result.correct = result.verdict.outputs_match
     if not result.verdict.compiles:

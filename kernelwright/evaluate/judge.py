@@ -1,7 +1,7 @@
 """The judge: the trusted process of an evaluation, CPU or GPU. It never imports the candidate.
 
 Protocol with the parent (sandbox.py): argv[1] is the result
-pipe's fd; the job arrives as JSON on stdin with a nonce every message back carries; messages are
+pipe's fd; the job (records.EvalJob) arrives as JSON on stdin with a nonce every message back carries; messages are
 `stage_start`, `stage` and one final `result`.
 
 The candidate runs in a runner process (runner.py) that the judge forks as soon as torch is
@@ -27,7 +27,6 @@ runner, judged here on the judge's own reference outputs).
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import sys
 
@@ -41,6 +40,7 @@ from typing import Any, Optional  # noqa: E402
 from kernelwright.evaluate.candidate_load import Finish, become_subreaper, end_process  # noqa: E402
 from kernelwright.evaluate.channel import Channel  # noqa: E402
 from kernelwright.evaluate.remote import RemoteRunner  # noqa: E402
+from kernelwright.records import BuildJob, EvalJob, parse_job  # noqa: E402
 
 try:
     import resource
@@ -51,7 +51,7 @@ except Exception:  # pragma: no cover - not fatal
 
 
 class Judge:
-    def __init__(self, job: dict[str, Any], ch: Channel, cand: Any, ref_runner: Optional[Any] = None):
+    def __init__(self, job: EvalJob, ch: Channel, cand: Any, ref_runner: Optional[Any] = None):
         self.job, self.ch, self.cand = job, ch, cand
         self.ref_runner = ref_runner
         self.fields: dict[str, Any] = {"judge": "split"}
@@ -87,7 +87,7 @@ class Judge:
             return Finish("cheat", reply.error, cheat_reasons=[reply.error or "cheat"])
         if not importing and verdict in ("compiled", "infrastructure_error", "compile_error", "syntax_error"):
             verdict = "runtime_error"
-        if verdict == "compiled" and not self.job.get("compile_only"):
+        if verdict == "compiled" and not self.job.compile_only:
             verdict = "runtime_error"
         return Finish(verdict, reply.error)
 
@@ -112,7 +112,7 @@ class Judge:
 
     def run(self) -> None:
         job = self.job
-        timed = job.get("time", True) and not job.get("compile_only")
+        timed = job.time and not job.compile_only
         if timed and self.ref_runner is None:
             from kernelwright.evaluate.remote import RemoteRunner
 
@@ -134,7 +134,7 @@ class Judge:
                 from kernelwright.analysis.roofline import floor_bandwidth
 
                 self.floor_bandwidth = floor_bandwidth
-            self.device = torch.device(job["device"])
+            self.device = torch.device(job.device)
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
             self.fields["versions"] = {"torch": torch.__version__, "cuda": str(torch.version.cuda),
@@ -151,7 +151,7 @@ class Judge:
         with self.stage("load_reference"):
             try:
                 self.ref_mod, _, self.init_inputs, self.ref_model = work.build_reference(
-                    job["task_source"], job["seed"], self.device)
+                    job.task_source, job.seed, self.device)
             except Exception as e:  # the task itself is broken: bad input, not a candidate verdict
                 from kernelwright.evaluate.candidate_load import error_text
 
@@ -164,30 +164,30 @@ class Judge:
             # the reference's runner loads and builds the reference while the candidate builds;
             # its replies are collected when timing starts
             ref = self.ref_runner
-            self._ask(ref.post, Import(role="reference", source=job["task_source"], workdir=job["workdir"],
-                                       device=job["device"], compile_baseline=bool(job.get("compile_baseline"))))
-            self._ask(ref.post, init_request(job["seed"], self.init_inputs))
+            self._ask(ref.post, Import(role="reference", source=job.task_source, workdir=job.workdir,
+                                       device=job.device, compile_baseline=bool(job.compile_baseline)))
+            self._ask(ref.post, init_request(job.seed, self.init_inputs))
 
-        kernelbench = job.get("compat") == "kernelbench"
+        kernelbench = job.compat == "kernelbench"
         if kernelbench:
             self.fields["compat"] = "kernelbench"
         with self.stage("compile"):
             reply = self._ask(self.cand.load, Import(
-                source=job["candidate_source"], workdir=job["workdir"], device=job["device"],
-                compile_only=bool(job.get("compile_only")), prebuild=bool(job.get("prebuild")),
-                builds_root=job.get("builds_root"), build_scope=job.get("build_scope"),
-                preamble=job["task_source"] if kernelbench else None))
+                source=job.candidate_source, workdir=job.workdir, device=job.device,
+                compile_only=bool(job.compile_only), prebuild=bool(job.prebuild),
+                builds_root=job.builds_root, build_scope=job.build_scope,
+                preamble=job.task_source if kernelbench else None))
             self.fields["builds"] = reply.builds
             claim = None if reply.ok else self._claim(reply, importing=True)
             # a compile-only job ends after its import: the stage itself went well
-            if claim is not None and not (job.get("compile_only") and claim.verdict in ("compiled", "no_custom_kernel")):
+            if claim is not None and not (job.compile_only and claim.verdict in ("compiled", "no_custom_kernel")):
                 raise claim
         self.fields["compiled"] = True
         if claim is not None:
             raise claim
 
         with self.stage("init"):
-            reply = self._ask(self.cand.init, job["seed"], self.init_inputs)
+            reply = self._ask(self.cand.init, job.seed, self.init_inputs)
             if not reply.ok and kernelbench and reply.kind == "error" and reply.verdict != "out_of_memory":
                 self.fields["compiled"] = False  # KernelBench builds ModelNew as part of its load
                 raise Finish("compile_error", f"ModelNew(*get_init_inputs()) failed, which KernelBench counts as "
@@ -196,12 +196,12 @@ class Judge:
                 raise self._claim(reply)
 
         # work on the device without a clock holds it shared: never during another process's timing
-        device = job["device"]
+        device = job.device
         with self.stage("correctness"), self.device_lock.DeviceLock(device, shared=True):
             self._correctness()
         self._checks()
 
-        if job.get("time", True):
+        if job.time:
             with self.stage("timing"), self.device_lock.DeviceLock(device) as held:
                 self.fields["device_lock_wait_s"] = round(held.waited, 4)
                 self._timing()
@@ -224,15 +224,15 @@ class Judge:
             return self.compare.flatten(self.ref_model(*self.timing.clone_inputs(inputs)))
 
     def _tol(self, refs: list[Any]) -> Any:
-        return self.compare.tolerance_for(refs, self.job.get("atol"), self.job.get("rtol"))
+        return self.compare.tolerance_for(refs, self.job.atol, self.job.rtol)
 
     def _correctness(self) -> None:
         compare, job = self.compare, self.job
         previous: list[tuple[Any, Any]] = []
         calls_per_trial = []
         custom: dict[str, int] = {}
-        for k in range(job["trials"]):
-            inputs = self._inputs(job["seed"] + 1 + k)
+        for k in range(job.trials):
+            inputs = self._inputs(job.seed + 1 + k)
             # The reference runs here, in another process: memory the candidate did not write
             # cannot hold its answer, whichever runs first, so its outputs shape the buffers.
             out_r = self._reference(inputs)
@@ -254,7 +254,7 @@ class Judge:
             previous.append((out_r, out_c))
         if not all(calls_per_trial):
             # operators the candidate registered with the dispatcher are counted from a profile
-            inputs = self._inputs(job["seed"])
+            inputs = self._inputs(job.seed)
             _, reply = self._call(inputs, self._reference(inputs), probe="count_ops")
             custom.update(reply.calls)
             if any(key.startswith("op.") for key in reply.calls):
@@ -274,7 +274,7 @@ class Judge:
             reply = self._ask(ref.collect)
             if not reply.ok:
                 raise Finish("reference_error", f"the reference's runner: {reply.error}")
-        cfg = timing.TimingConfig(**job["timing"])
+        cfg = timing.TimingConfig(**job.timing.model_dump())
 
         def draw() -> list[Any]:
             return self._inputs(secrets.randbits(31))
@@ -297,13 +297,13 @@ class Judge:
         self.fields.setdefault("flags", []).extend(fields.pop("flags"))
         self.fields.update(fields)
         cand = pair.candidate
-        if job.get("compile_baseline"):
+        if job.compile_baseline:
             self._compile_baseline(draw, check, cfg, cand)
 
     def _bandwidth(self) -> Optional[float]:
         from pathlib import Path
 
-        return self.floor_bandwidth(str(self.device), Path(self.job["builds_root"]).parent)
+        return self.floor_bandwidth(str(self.device), Path(self.job.builds_root).parent)
 
     def _compile_baseline(self, draw: Any, check: Any, cfg: Any, cand: Any) -> None:
         """torch.compile(reference) in the reference's runner, timed against the eager reference there
@@ -327,7 +327,7 @@ class Judge:
                                                   and self.timing.faster_beyond_noise(cand, comp))
 
     def _recheck(self) -> None:
-        inputs = self._inputs(self.job["seed"] + 999_983)
+        inputs = self._inputs(self.job.seed + 999_983)
         out_r = self._reference(inputs)
         out_c, _ = self._call(inputs, out_r)
         result = self.compare.compare(out_r, out_c, self._tol(out_r), -1)
@@ -340,7 +340,7 @@ class Judge:
         report what they saw (claims); the outputs are compared here with the judge's reference."""
 
         def forward(probe: str, offset: int, perturb: Optional[list[str]] = None) -> tuple[Any, Any, Any]:
-            inputs = self._inputs(self.job["seed"] + 555_557 + offset)
+            inputs = self._inputs(self.job.seed + 555_557 + offset)
             out_r = self._reference(inputs)
             out_c, reply = self._call(inputs, out_r, probe, perturb)
             return out_r, out_c, reply
@@ -409,20 +409,21 @@ def main() -> None:
     from kernelwright.evaluate import work  # noqa: F401
     from kernelwright.measure import compare, draw, timing  # noqa: F401
 
-    job = json.loads(sys.stdin.read())
+    job = parse_job(sys.stdin.read())
     sys.stdin.close()
-    if job.get("kind") == "build":  # the trusted builder's job (builder.py): no candidate code runs
+    if isinstance(job, BuildJob):  # the trusted builder's job (builder.py): no candidate code runs
         from kernelwright.evaluate import builder
 
         for held in (cand, ref):
             if held is not None:
                 held.kill()
         try:
-            os.chdir(job["workdir"])
+            os.chdir(job.workdir)
             builder.run(job)
         finally:
             end_process()
-    ch = Channel(fd, job.pop("nonce"))
+    ch = Channel(fd, job.nonce)
+    job = job.model_copy(update={"nonce": ""})  # nothing after this needs it
     become_subreaper()
     judge = Judge(job, ch, cand, ref)
     try:

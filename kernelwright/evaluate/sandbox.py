@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from kernelwright import confine
-from kernelwright.records import Confinement
+from kernelwright.records import Confinement, JudgeResult, SandboxJob
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,15 @@ class SandboxOutcome:
     confinement: Optional[Confinement] = None
 
     @property
-    def final(self) -> Optional[dict[str, Any]]:
+    def final(self) -> Optional[JudgeResult]:
+        """The judge's closing message; None when it sent none (it died, or was killed first), or
+        sent one that is not a result record (then the judge is not ours to believe)."""
         for msg in reversed(self.messages):
             if msg.get("type") == "result":
-                return msg
+                try:
+                    return JudgeResult.model_validate(msg)
+                except ValueError:  # pydantic's ValidationError
+                    return None
         return None
 
     @property
@@ -244,17 +249,17 @@ def discard(sp: Spawned) -> None:
         pass
 
 
-def run_job(job: dict[str, Any], *, timeout: float, env: dict[str, str], held: Confine) -> SandboxOutcome:
+def run_job(job: SandboxJob, *, timeout: float, env: dict[str, str], held: Confine) -> SandboxOutcome:
     """Run `job` in a fresh worker process; never raises for anything the candidate does."""
     return run_spawned(spawn(env, held), job, timeout=timeout)
 
 
-def run_spawned(sp: Spawned, job: dict[str, Any], *, timeout: float) -> SandboxOutcome:
+def run_spawned(sp: Spawned, job: SandboxJob, *, timeout: float) -> SandboxOutcome:
     """Hand `job` to a worker from `spawn` and wait for it; the time limit starts now."""
     # The nonce is drawn now, after the worker started: no earlier process state can hold it.
     nonce = secrets.token_hex(16)
     proc, read_fd = sp.proc, sp.read_fd
-    job = {**job, "workdir": sp.scratch}
+    job = job.model_copy(update={"workdir": sp.scratch})
     start = time.monotonic()
     messages: list[dict[str, Any]] = []
     forged = [0]
@@ -267,7 +272,7 @@ def run_spawned(sp: Spawned, job: dict[str, Any], *, timeout: float) -> SandboxO
         t.start()
     try:
         assert proc.stdin is not None
-        proc.stdin.write(json.dumps({**job, "nonce": nonce}).encode())
+        proc.stdin.write(job.model_copy(update={"nonce": nonce}).model_dump_json().encode())
         proc.stdin.close()
     except (BrokenPipeError, OSError):
         pass  # the child died at once; its exit status tells the story

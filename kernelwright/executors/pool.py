@@ -34,14 +34,14 @@ import queue
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Optional
 
 from kernelwright.device import available_cores, cuda_arch, device_key, validate_device
 from kernelwright.errors import GPUUnavailableError
 from kernelwright.evaluate import sandbox
 from kernelwright.evaluate.evaluator import EvalConfig, Prepared, check_gpu_after, precheck, run_prepared
 from kernelwright.executors.dedupe import LinkTable, result_key
-from kernelwright.records import EvalResult, Stage, Task
+from kernelwright.records import EvalResult, SandboxJob, Stage, Task
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class Slot:
     def env_for(self, env: dict[str, str]) -> dict[str, str]:
         return {**env, "MAX_JOBS": str(self.max_jobs), **self.extra_env}
 
-    def run(self, job: dict[str, Any], *, timeout: float, env: dict[str, str],
+    def run(self, job: SandboxJob, *, timeout: float, env: dict[str, str],
             held: sandbox.Confine) -> sandbox.SandboxOutcome:
         env = self.env_for(env)
         sp = self._take_spare(env, held)
@@ -134,10 +134,10 @@ def needs_recycle(outcome: sandbox.SandboxOutcome) -> bool:
     if outcome.timed_out or outcome.final is None:
         return True
     final = outcome.final
-    if final.get("verdict") == "crash":  # the judge outlived the candidate's process and said so
+    if final.verdict == "crash":  # the judge outlived the candidate's process and said so
         return True
-    text = f"{final.get('error') or ''}"
-    return final.get("verdict") == "runtime_error" and any(m in text for m in CUDA_ERROR_MARKS)
+    text = final.error or ""
+    return final.verdict == "runtime_error" and any(m in text for m in CUDA_ERROR_MARKS)
 
 
 @dataclass
