@@ -1,4 +1,6 @@
-"""Run one job in a fresh interpreter: JSON in on stdin, one JSON line back on stdout.
+"""Run one job in a fresh interpreter: JSON in on stdin, one JSON line back on stdout; and, in such
+a child, load the task's module (`load_task_module`, the one way every child runs a task's source:
+the judge's reference, analysis, scaffold planning, optimize's probe).
 
 Used for everything that executes task code outside the evaluator (analysis, scaffold planning):
 the caller is long-lived and must neither initialise CUDA nor run user code itself. The child
@@ -12,12 +14,36 @@ import os
 import signal
 import subprocess
 import sys
+import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 
 class ChildTimeout(Exception):
     pass
+
+
+def load_task_module(source: str, filename: str, name: str, *, file: Optional[str] = None,
+                     keep: bool = False) -> types.ModuleType:
+    """Execute a task's source as a fresh module named `name`, its code objects carrying `filename`
+    (tracebacks and the judge's own-code checks read it). The module sits in `sys.modules` while its
+    body runs, because dataclasses and pickling look classes up there; `keep` leaves it there
+    afterwards (torch.compile's tracing looks the module up by name), else nobody can import it.
+    `file` sets `__file__` where the source was also written out (inspect.getsource works then).
+    Whatever the source raises propagates: each caller says in its own words which stage failed."""
+    module = types.ModuleType(name)
+    if file is not None:
+        module.__file__ = file
+    code = compile(source, filename, "exec")
+    sys.modules[name] = module
+    try:
+        exec(code, module.__dict__)  # noqa: S102 - the task's own source, in a child made for it
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    if not keep:
+        sys.modules.pop(name, None)
+    return module
 
 
 def run_json_child(module: str, payload: str, timeout: float,

@@ -207,6 +207,19 @@ class Cgroup:
                 pass
         return out
 
+    def oom_kills(self) -> int:
+        """How many processes the kernel killed in this cgroup for reaching its memory limit."""
+        name = "memory.events" if self.version == "v2" else "memory.oom_control"
+        for d in self.dirs:
+            try:
+                for line in (d / name).read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill" and value.strip().isdigit():
+                        return int(value)
+            except OSError:
+                continue
+        return 0
+
     def kill(self) -> None:
         kill_file = self.dirs[0] / "cgroup.kill"
         if self.version == "v2" and kill_file.exists():
@@ -238,13 +251,15 @@ class Limits:
     cpu_seconds: int
 
     @staticmethod
-    def for_run(timeout: float) -> Limits:
+    def for_run(timeout: float, memory_mb: Optional[int] = None) -> Limits:
+        """Half the machine's memory (at least 4 GiB) unless `memory_mb` says otherwise."""
         try:
             ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError):
             ram = 16 << 30
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return Limits(memory_bytes=max(4 << 30, ram // 2), cpu_seconds=int(timeout * max(1, cores)) + 60)
+        memory = memory_mb << 20 if memory_mb else max(4 << 30, ram // 2)
+        return Limits(memory_bytes=memory, cpu_seconds=int(timeout * max(1, cores)) + 60)
 
 
 _BWRAP_FLAGS = ["--die-with-parent", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",

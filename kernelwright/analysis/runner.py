@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import logging
 import time
-import types
 from typing import Any
 
 from pydantic import BaseModel
 
 from kernelwright.analysis.report import TaskAnalysis
-from kernelwright.child import ChildTimeout, one_line, run_json_child
+from kernelwright.child import ChildTimeout, load_task_module, one_line, run_json_child
 from kernelwright.device import resolve_size
 from kernelwright.measure.draw import SEED, draw_inputs, seed_all
 from kernelwright.records import Task
@@ -97,9 +96,8 @@ def analyze_job(job: AnalysisJob) -> TaskAnalysis:
 
     start = time.monotonic()
     dev = torch.device(job.device)
-    module = types.ModuleType("kernelwright_analysis_task")
-    code = _stage("load", "the task source", compile, job.source, job.path or f"<{job.task_id}>", "exec")
-    _stage("load", "the task source", exec, code, module.__dict__)
+    module = _stage("load", "the task source", load_task_module, job.source, job.path or f"<{job.task_id}>",
+                    "kernelwright_analysis_task")
     for name in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(module, name):
             raise StageError("load", f"the task source defines no {name}")

@@ -78,6 +78,9 @@ class EvalConfig:
     # Run even where a required OS protection is missing (confine.py); such results say
     # `confinement.trusted = false`. Never for results anyone relies on.
     unconfined: bool = False
+    # The evaluation's memory limit (its cgroup's, or RLIMIT_DATA): None is half the machine's
+    # memory, at least 4 GiB (confine.Limits.for_run).
+    memory_limit_mb: Optional[int] = None
     # "kernelbench": KernelBench's own definitions, to compare a re-score line by line: the candidate
     # is executed with the task module's names already in its namespace, a ModelNew.__init__ that
     # raises counts as not compiled, and the task runs at its own (full) size. Weaker on purpose
@@ -96,6 +99,8 @@ class EvalConfig:
             ("atol", self.atol, self.atol is None or (_is_number(self.atol) and self.atol >= 0), "a number >= 0"),
             ("rtol", self.rtol, self.rtol is None or (_is_number(self.rtol) and self.rtol >= 0), "a number >= 0"),
             ("compat", self.compat, self.compat in COMPAT_MODES, " or ".join(COMPAT_MODES)),
+            ("memory_limit_mb", self.memory_limit_mb, self.memory_limit_mb is None or (
+                _is_int(self.memory_limit_mb) and self.memory_limit_mb >= 64), "an integer >= 64 (MB)"),
             ("size", self.size, self.compat != "kernelbench" or self.size in ("auto", "full"),
              "auto or full with compat kernelbench (the task's own size)"),
         ) if not ok]
@@ -293,7 +298,7 @@ def sandbox_hold(cfg: EvalConfig, prebuild: bool = False) -> sandbox.Confine:
                *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)}
     # the judge (judge.py) never imports the candidate, which runs in a runner process (runner.py);
     # their shared memory is a memfd on the CPU and a CUDA IPC allocation on a GPU (cuda_arena.py)
-    return sandbox.Confine(limits=confine.Limits.for_run(cfg.timeout),
+    return sandbox.Confine(limits=confine.Limits.for_run(cfg.timeout, cfg.memory_limit_mb),
                            visible=tuple(sorted(os.path.realpath(p) for p in visible)),
                            env_scrubbed=True, required=not cfg.unconfined,
                            timed=cfg.time and not cfg.compile_only and not prebuild,
@@ -424,6 +429,14 @@ def _assemble(task: Task, code_hash: str, cfg: EvalConfig, out: sandbox.SandboxO
         where = out.last_stage or "start-up"
         return EvalResult(verdict=Verdict.TIMEOUT, error=f"killed after {cfg.timeout:.0f} s during stage '{where}'",
                           compiled=_compiled_by(stages), **base)
+    if out.oom_kills and (final is None or final.verdict in ("crash", "runtime_error")):
+        # the kernel killed a process of the evaluation at its memory limit: the candidate's process
+        # as a rule (the judge then reports that it died), the judge itself when it was the largest
+        limit = out.confinement.memory_limit_mb if out.confinement is not None else None
+        where = out.last_stage or "start-up"
+        return EvalResult(verdict=Verdict.OUT_OF_MEMORY, compiled=_compiled_by(stages), **base,
+                          error=f"the kernel killed {out.oom_kills} process(es) of the evaluation at its memory "
+                                f"limit{f' of {limit} MB' if limit else ''} during stage '{where}'")
     if final is None:
         sig = out.death_signal
         why = f"killed by {sig}" if sig else f"exited with code {out.returncode} before reporting (os._exit?)"

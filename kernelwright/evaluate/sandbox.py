@@ -56,6 +56,7 @@ class SandboxOutcome:
     forged_lines: int = 0  # lines on the result pipe without the nonce
     scratch: str = ""  # the worker's private, writable folder (its builds are there); the caller removes it
     confinement: Optional[Confinement] = None
+    oom_kills: int = 0  # processes the kernel killed at the evaluation's memory limit (its cgroup's count)
 
     @property
     def final(self) -> Optional[JudgeResult]:
@@ -226,11 +227,14 @@ def spawn(env: dict[str, str], held: Confine) -> Spawned:
                    box=box)
 
 
-def _end(sp: Spawned) -> None:
-    """Kill the worker's whole tree (namespace, cgroup) and wait until it is gone."""
+def _end(sp: Spawned) -> int:
+    """Kill the worker's whole tree (namespace, cgroup) and wait until it is gone; returns how many
+    of its processes the kernel had killed at the memory limit (read before the cgroup goes)."""
     confine.kill_tree(sp.proc.pid, sp.box.cgroup)
     sp.proc.wait()
+    oom_kills = sp.box.cgroup.oom_kills() if sp.box.cgroup is not None else 0
     sp.box.release()
+    return oom_kills
 
 
 def discard(sp: Spawned) -> None:
@@ -283,7 +287,7 @@ def run_spawned(sp: Spawned, job: SandboxJob, *, timeout: float) -> SandboxOutco
         timed_out = True
         log.info("evaluation exceeded %.0f s: killing the worker's tree %d", timeout, proc.pid)
     # Always kill the tree: stragglers the candidate started must not outlive the evaluation.
-    _end(sp)
+    oom_kills = _end(sp)
     wall = time.monotonic() - start
     for t in readers:
         # A grandchild that escaped the group may hold a pipe open; don't wait on it forever.
@@ -298,6 +302,7 @@ def run_spawned(sp: Spawned, job: SandboxJob, *, timeout: float) -> SandboxOutco
         forged_lines=forged[0],
         scratch=sp.scratch,
         confinement=sp.box.record,
+        oom_kills=oom_kills,
     )
 
 

@@ -27,7 +27,6 @@ candidate's folder.
 from __future__ import annotations
 
 import secrets
-import sys
 import time
 import types
 from contextlib import contextmanager
@@ -35,6 +34,8 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from kernelwright.child import load_task_module
 
 _perf_counter = time.perf_counter  # captured before any candidate code runs (as in timing.py)
 
@@ -48,15 +49,8 @@ def load_reference(source: str) -> tuple[types.ModuleType, str]:
     code objects carry. It sits in `sys.modules` only while its body runs (dataclasses, pickling
     of classes look themselves up there); no file is written."""
     tag = secrets.token_hex(8)
-    name, filename = f"_kw_ref_{tag}", f"<reference-{tag}>"
-    module = types.ModuleType(name)
-    code = compile(source, filename, "exec")
-    sys.modules[name] = module
-    try:
-        exec(code, module.__dict__)  # noqa: S102 - the task's own source, in the evaluator's child
-    finally:
-        sys.modules.pop(name, None)
-    return module, filename
+    filename = f"<reference-{tag}>"
+    return load_task_module(source, filename, f"_kw_ref_{tag}"), filename
 
 
 def build_reference(source: str, seed: int, device: Any) -> tuple[types.ModuleType, str, list[Any], Any]:

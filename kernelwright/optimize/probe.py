@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from kernelwright.child import child_main, one_line
+from kernelwright.child import child_main, load_task_module, one_line
 from kernelwright.measure.draw import SEED, draw_inputs, seed_all
 
 
@@ -53,11 +53,8 @@ def _import(job: ProbeJob) -> types.ModuleType:
     path = os.path.join(folder, job.filename)
     with open(path, "w") as f:
         f.write(job.source)
-    module = types.ModuleType("kw_reference")
-    module.__file__ = path
-    sys.modules["kw_reference"] = module
     try:
-        exec(compile(job.source, path, "exec"), module.__dict__)
+        module = load_task_module(job.source, path, "kw_reference", file=path, keep=True)
     except BaseException as e:  # SystemExit from a script-style file is a failure to import too
         raise _Fail("import", f"importing it raised {one_line(e)}") from e
     for name in ("Model", "get_inputs", "get_init_inputs"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from kernelwright.child import child_main, one_line
+from kernelwright.child import child_main, load_task_module, one_line
 
 
 def handle(text: str) -> dict:
@@ -26,16 +26,14 @@ def handle(text: str) -> dict:
 
 
 def plan_one(job) -> dict:
-    import types
 
     import torch
 
     from kernelwright.measure.draw import draw_inputs, seed_all
     from kernelwright.scaffold.plan import plan
 
-    module = types.ModuleType("kernelwright_scaffold_task")
     try:
-        exec(compile(job.source, job.path or f"<{job.task_id}>", "exec"), module.__dict__)
+        module = load_task_module(job.source, job.path or f"<{job.task_id}>", "kernelwright_scaffold_task")
         missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(module, n)]
         if missing:
             return {"ok": False, "stage": "load", "error": f"the task source defines no {missing[0]}"}

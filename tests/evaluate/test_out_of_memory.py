@@ -112,3 +112,37 @@ def test_an_out_of_memory_candidate_beside_a_healthy_one(task, cfg):
     # the healthy one is judged on its own merits (torch only: right outputs, no custom kernel)
     assert healthy.verdict == Verdict.NO_CUSTOM_KERNEL and healthy.correct, healthy.error
     assert not any("re-run alone" in f for f in healthy.flags)
+
+
+GREEDY = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+
+    def forward(self, x):
+        scratch = torch.ones(1 << 31, dtype=torch.uint8)  # 2 GiB, every page touched
+        return torch.relu(x + self.bias) + scratch[:1].float() * 0
+'''
+
+
+def test_a_candidate_killed_at_the_memory_limit_is_out_of_memory_not_a_crash(task, cfg):
+    """The kernel kills the candidate's process when it touches more than the evaluation's memory
+    limit (its cgroup's): that is `out_of_memory`, said as such, never a `crash`; re-run alone, it
+    stays so (the limit is its own). An honest candidate under the same limit is correct."""
+    from dataclasses import replace
+
+    from kernelwright.confine import offer
+
+    if not offer().cgroup:
+        pytest.skip("no cgroup here: the memory limit is RLIMIT_DATA, an allocation failure, tested above")
+    small = replace(cfg, memory_limit_mb=1024)
+    r = evaluate(task, GREEDY, small)
+    assert r.verdict == Verdict.OUT_OF_MEMORY, (r.verdict, r.error)
+    assert "memory limit of 1024 MB" in r.error and r.confinement.memory_limit_mb == 1024
+    assert any("re-run alone" in f for f in r.flags)
+    assert evaluate(task, HEALTHY, small).verdict == Verdict.NO_CUSTOM_KERNEL

@@ -113,7 +113,7 @@ def test_optimize_end_to_end_on_replay(mode, tmp_path, build_cache):
     [cell] = data.cells
     assert cell.task_id == outcome.task_id and [a.id for a in data.attempts_of(cell)] == [a.id for a in attempts]
     assert cell.selected == best.id and data.manifests[0].runs[-1].kind == "optimize"
-    assert data.manifests[0].runs[-1].ended == "completed"
+    assert data.manifests[0].runs[-1].ended == "completed" and data.manifests[0].study["executor"] == "direct"
     studied = subprocess.run([sys.executable, "-m", "kernelwright.cli", "study", "report", str(out)],
                              capture_output=True, text=True, timeout=300)
     assert studied.returncode == 0, studied.stderr

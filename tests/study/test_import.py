@@ -59,6 +59,7 @@ def test_runs_folder_is_mapped_rescored_and_resumable(tmp_path, build_cache):
     missing = cells["unmatched/L9/1"]
     assert missing.status == "failed" and missing.failure == "task_missing" and missing.level == 9
     assert "0 run now" in run_import(*args)  # the same import again: nothing to do
+    assert data.manifests[0].study["executor"] == "local"  # re-scoring goes through the pool, as `study run` does
 
 
 def test_reference_results_json_turns_become_attempts(tmp_path, build_cache):
