@@ -114,20 +114,10 @@ def test_an_out_of_memory_candidate_beside_a_healthy_one(task, cfg):
     assert not any("re-run alone" in f for f in healthy.flags)
 
 
-GREEDY = '''
-import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self, features):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(features))
-
-    def forward(self, x):
-        scratch = torch.ones(1 << 31, dtype=torch.uint8)  # 2 GiB, every page touched
-        return torch.relu(x + self.bias) + scratch[:1].float() * 0
-'''
+# the same module, touching every page of 2 GiB instead of asking for what no machine can serve
+GREEDY = OOM.replace("torch.empty(1 << 46, dtype=torch.uint8)  # 64 TiB",
+                     "torch.ones(1 << 31, dtype=torch.uint8)  # 2 GiB, every page touched")
+assert GREEDY != OOM
 
 
 def test_a_candidate_killed_at_the_memory_limit_is_out_of_memory_not_a_crash(task, cfg):
