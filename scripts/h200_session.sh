@@ -1,5 +1,5 @@
 # The H200 runs of docs/results/*-h200*.md, as run through the device tool (see scripts/device_env.sh).
-# Usage on the device, from the checkout: `bash scripts/h200_session.sh chunk|place|check|search|start|copy|pool|simple K/N|gputests FILES|poll S|collect`.
+# Usage on the device, from the checkout: `bash scripts/h200_session.sh chunk|place|check|skel|search|start|copy|pool|simple K/N|gputests FILES|poll S|collect`.
 # Long jobs run detached from a copy (/tmp/kwb) so that a later call's fresh checkout cannot change
 # them; each writes its log under /tmp/kwout.
 set -u
@@ -21,6 +21,13 @@ check)  # the scaffold oracle regions through the evaluator (the judge split), d
   PYTHONPATH=/tmp/site:/tmp/kwc setsid nohup python3 benchmarks/scaffold_check.py --device cuda --target cuda \
     --target triton --jobs 4 --out /tmp/kwout/scaffold-check.md > /tmp/kwout/scaffold-check.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
+skel)  # issue #20: the oracle-region skeletons against eager and torch.compile, detached, from a copy of
+  # its own (/tmp/kws); builds first with 12 jobs, then the timed runs one at a time
+  bash "$0" copy /tmp/kws
+  cd /tmp/kws
+  PYTHONPATH=/tmp/site:/tmp/kws setsid nohup python3 benchmarks/skeleton_speed.py --device cuda --target cuda \
+    --target triton --jobs 12 --out /tmp/kwout/skeleton-speed-h200.md > /tmp/kwout/skeleton-speed.log 2>&1 < /dev/null &
+  disown -a; sleep 2; echo started ;;
 search)  # issue #17: zero_shot+scaffold vs search, CUDA and Triton on the GPU, side by side; with them
   # (issue #19) plain copies of the references timed on the same GPU. `search cpp` adds C++ on the
   # host's CPU (on 2026-12-02 all three with the scaffold check oversubscribed the 16 cores)
@@ -31,7 +38,7 @@ search)  # issue #17: zero_shot+scaffold vs search, CUDA and Triton on the GPU, 
     dev=cuda; [ $t = cpp ] && dev=cpu
     setsid nohup python3 -m kernelwright.cli.main study run -m "hf:qwen2.5-coder-1.5b?batch_size=64" \
       -r zero_shot+scaffold,search -t builtin --target $t --device $dev \
-      --max-tokens 768 --iters 50 --jobs 34 --out /tmp/st/$t > /tmp/kwout/study-$t.log 2>&1 < /dev/null &
+      --max-tokens 768 --iters 50 --jobs 34 --compile-baseline --out /tmp/st/$t > /tmp/kwout/study-$t.log 2>&1 < /dev/null &
   done
   setsid nohup python3 benchmarks/copy_timing.py --device cuda --rounds 3 --out /tmp/kwout/copy-timing.md \
     > /tmp/kwout/copy-timing.log 2>&1 < /dev/null &
@@ -52,10 +59,10 @@ start)
   disown -a; sleep 2; echo started ;;
 poll)  # wait up to $2 seconds for the detached jobs, printing where they are
   end=$((SECONDS + ${2:-300}))
-  while [ $SECONDS -lt $end ] && pgrep -f "[k]ernelwright.cli (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing" > /dev/null; do sleep 10; done
+  while [ $SECONDS -lt $end ] && pgrep -f "[k]ernelwright.cli.main (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing|[s]keleton_speed" > /dev/null; do sleep 10; done
   for f in /tmp/kwout/*.log; do echo "== $f"; tail -c 1500 "$f" | tr '\r' '\n' | tail -n 8; done
   for t in cuda triton cpp; do [ -f /tmp/st/$t/cells.jsonl ] && echo "$t cells: $(wc -l < /tmp/st/$t/cells.jsonl)"; done
-  pgrep -fa "[k]ernelwright.cli (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing" | cut -c1-120 ;;
+  pgrep -fa "[k]ernelwright.cli.main (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing|[s]keleton_speed" | cut -c1-120 ;;
 pool)  # the throughput benchmark's pool pass, detached, on a quiet machine (nothing else running)
   cd /tmp/kwb
   PYTHONPATH=/tmp/site:/tmp/kwb setsid nohup python3 benchmarks/eval_throughput.py --set gpu --device cuda \

@@ -206,7 +206,9 @@ def test_cuda_code_compiles_and_links_with_nvcc(tmp_path):
     cxx_cmd = [cxx, "-c", "-fPIC", compile_only.cxx_standard(), *includes, *defines, str(tmp_path / "bindings.cpp"),
                "-o", str(tmp_path / "bindings.o")]
 
-    commands = " ".join(nvcc_cmd + cxx_cmd).replace(str(tmp_path), "<tmp>")  # the same for every run
+    # the same for every run and every checkout: a fresh clone's venv holds the same torch headers
+    # at another path (torch's version is part of the key), so its compile is the one already passed
+    commands = " ".join(nvcc_cmd + cxx_cmd).replace(str(tmp_path), "<tmp>").replace(sys.prefix, "<venv>")
     stamp = S.success_stamp("nvcc", cu_source, cpp_source, commands, S.tool_version("nvcc"), S.tool_version(cxx),
                             torch.__version__)
     if S.stamps_enabled() and stamp.exists():
