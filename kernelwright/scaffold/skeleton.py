@@ -493,3 +493,47 @@ def _triton(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
     call = f"kw_launch({', '.join(['x'] + _ext_args(seg))})"
     program = _assemble_program(plan, header, kernel_prog + "\n\n" + launcher, _wrapper(seg, call))
     return _scaffold(plan, seg, "triton", program, kernel_view, indent, default, "python")
+
+
+# ---- several regions, one build ------------------------------------------------------------------
+
+KERNEL_HEAD = {"cuda": "__global__ void kw_fused_kernel(", "cpp": "static void kw_fused_kernel("}
+_DECL = re.compile(r"torch::Tensor kw_fused_impl\(([^)]*)\)")
+
+
+def shared_programs(sc: Scaffold, regions: list[str]) -> Optional[list[str]]:
+    """One program per region, all with one extension: every region's kernel and host function in
+    namespace kw_v<i> of the same sources, a binding kw_fused_impl_v<i> for each, and program i
+    calling binding i. The load_inline arguments are identical across the programs, so the trusted
+    builder compiles them once (a build of 20-60 s serves every region) and each program is then
+    evaluated on its own. None where there is nothing to share: Triton (compiled at launch), fewer
+    than two regions, or a scaffold not written by this module."""
+    head = KERNEL_HEAD.get(sc.target)
+    decl = _DECL.search(sc.program)
+    if head is None or len(regions) < 2 or decl is None or head not in sc.program:
+        return None
+    program = sc.program
+    start = program.index(head)
+    end = program.index('"""', start)
+    chunk = program[start:end]  # the kernel and its host function, region at the placeholder
+    params = decl.group(1)
+    names = ", ".join(p.split()[-1] for p in params.split(","))
+    variants, bindings, decls = [], [], []
+    for i, region in enumerate(regions):
+        body = Scaffold.model_construct(program=chunk, placeholder=sc.placeholder, indent=sc.indent,
+                                        default_region=sc.default_region).program_with(region)
+        variants.append(f"namespace kw_v{i} {{\n{body}}}  // namespace kw_v{i}\n")
+        decls.append(f"namespace kw_v{i} {{ torch::Tensor kw_fused_impl({params}); }}")
+        bindings.append(f"torch::Tensor kw_fused_impl_v{i}({params}) {{ return kw_v{i}::kw_fused_impl({names}); }}")
+    shared = program[:start] + "\n".join(variants) + program[end:]
+    if sc.target == "cuda":  # the host functions live in the CUDA object; bind them from cpp_sources
+        shared = shared.replace(decl.group(0) + ";", "\n".join(decls + bindings), 1)
+    else:  # one C++ source: the bindings follow the namespaces
+        at = shared.index('"""', shared.index(f"namespace kw_v{len(regions) - 1} {{"))
+        shared = shared[:at] + "\n".join(bindings) + "\n" + shared[at:]
+    digest = hashlib.sha256("\0".join(regions).encode()).hexdigest()[:8]
+    functions = "[" + ", ".join(f'"kw_fused_impl_v{i}"' for i in range(len(regions))) + "]"
+    shared = re.sub(r'load_inline\(name="(kw_\w+)"', lambda m: f'load_inline(name="{m.group(1)}_s{digest}"',
+                    shared, count=1)
+    shared = shared.replace('functions=["kw_fused_impl"]', f"functions={functions}", 1)
+    return [shared.replace("kw_ext.kw_fused_impl(", f"kw_ext.kw_fused_impl_v{i}(", 1) for i in range(len(regions))]

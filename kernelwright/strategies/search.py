@@ -12,9 +12,13 @@ when they can try many times against an exact check. One turn:
    alone, compiled without torch and run on probe values with edge cases, against PyTorch);
 4. the survivors built and evaluated best first — the region most samples agree on first, since
    agreement among independent samples is evidence — until one is a correct custom kernel
-   (at most MAX_BUILDS builds a turn: a build costs 20-60 s, a pre-check milliseconds);
-5. when none is correct, the next turn shows the model a failing region with its concrete
-   counterexample or compiler error, in a short prompt, and samples again.
+   (at most MAX_BUILDS a turn: a build costs 20-60 s, a pre-check milliseconds). Where the target
+   builds an extension (CUDA, C++), the turn's survivors share one: every region's kernel in one
+   source, a program per region (scaffold.shared_programs), so the first evaluation's build serves
+   the rest; if that build fails, each region is built on its own;
+5. when none is correct, the next turn answers the model's failing region with its concrete
+   counterexample or compiler error, as a follow-up in the same conversation (so the kernel and
+   where the region goes stay in view), and samples again.
 
 Every sample becomes an Attempt: a pre-check failure gets the verdict the evaluator would give
 (wrong_output for a counterexample, compile_error / hallucinated_api for a compiler error) with
@@ -25,8 +29,9 @@ sampled under the grammar (`constrained`: the backend says, per answer).
 
 Ablations, each part switched off on its own so a study shows what it buys: +no_precheck (build
 every distinct sample, in sampling order), +no_repair (every turn samples the base prompt again,
-with a new seed), +grammar (answers constrained to the region's language: off by default, it bought
-no pre-check passes for 2.4x the generation time, docs/results/grammar-yield.md), +n=K.
+with a new seed), +no_shared_build (each survivor its own extension), +grammar (answers
+constrained to the region's language: off by default, it bought no pre-check passes for 2.4x the
+generation time, docs/results/grammar-yield.md), +n=K.
 A task without a scaffold gets whole programs: n a turn, every one built (nothing to pre-check).
 """
 
@@ -40,7 +45,7 @@ from typing import Any, Optional
 
 from kernelwright import prompts
 from kernelwright.events import Evaluating, Generating, Judged, Searched
-from kernelwright.llm.base import Completion
+from kernelwright.llm.base import ChatMessage, Completion
 from kernelwright.records import Attempt, EvalResult, Stage, Verdict
 from kernelwright.strategies import feedback, selection
 from kernelwright.strategies.base import RunContext
@@ -83,22 +88,22 @@ def run(ctx: RunContext) -> None:
     n = c.n or DEFAULT_N
     turns = c.turns or DEFAULT_TURNS
     temperature = DEFAULT_TEMPERATURE if c.temperature is None else c.temperature
-    base = prompts.render("task", **prompt_vars(ctx))
-    user = base
+    base = ctx.messages(prompts.render("task", **prompt_vars(ctx)))
+    conversation = base
     tried: set[str] = set()  # regions already built or refuted in an earlier turn
     for turn in range(turns):
-        samples = _draw(ctx, user, turn, n, temperature)
+        samples = _draw(ctx, conversation, turn, n, temperature)
         _dedupe(samples, tried)
         _precheck(ctx, samples)
         ctx.progress(_summary(samples, turn))
         _build(ctx, samples, turn)
-        batch = _record(ctx, user, samples, turn)
+        batch = _record(ctx, conversation, samples, turn)
         if any(selection.tier(a.eval) >= 3 for a in batch):
             break  # a verified custom kernel: the next step is speed, not another sample of the math
         if c.has("no_repair"):
-            user = base
+            conversation = base
             continue
-        user = _repair_prompt(ctx, samples, batch) or base
+        conversation = _repair(ctx, base, samples, batch) or base
 
 
 # -- one turn ------------------------------------------------------------------------------------
@@ -123,8 +128,9 @@ def prompt_vars(ctx: RunContext) -> dict[str, Any]:
     return {**ctx.task_vars(), "local_decl": local_decl(ctx.scaffold())}
 
 
-def _draw(ctx: RunContext, user: str, turn: int, n: int, temperature: float) -> list[Sample]:
-    request = ctx._request(ctx.messages(user), n, temperature, ctx.config.max_tokens,
+def _draw(ctx: RunContext, messages: tuple[ChatMessage, ...], turn: int, n: int,
+          temperature: float) -> list[Sample]:
+    request = ctx._request(messages, n, temperature, ctx.config.max_tokens,
                            ctx.config.seed + 1000 * turn).model_copy(update={"grammar": _grammar(ctx)})
     ctx.progress(Generating(turn=turn, n=n))
     started = time.monotonic()
@@ -206,15 +212,49 @@ def _order(samples: list[Sample]) -> list[Sample]:
 def _build(ctx: RunContext, samples: list[Sample], turn: int) -> None:
     from dataclasses import replace
 
-    built = 0
-    for s in _order(samples):
-        if built >= MAX_BUILDS or any(x.result is not None and selection.tier(x.result) >= 3 for x in samples):
+    todo = _order(samples)[:MAX_BUILDS]
+    shared = _shared(ctx, todo)
+    for s in todo:
+        if any(x.result is not None and selection.tier(x.result) >= 3 for x in samples):
             break
-        code = s.grounding.code if s.grounding is not None else s.code
         ctx.progress(Evaluating(turn=turn, sample=s.index, n=len(samples)))
-        s.result = ctx.executor.evaluate(ctx.task, code, replace(ctx.eval_config))
+        failed: Optional[Stage] = None
+        if shared is not None:
+            s.result = ctx.executor.evaluate(ctx.task, shared[s.index], replace(ctx.eval_config))
+            if not s.result.verdict.build_failed:
+                s.code, s.notes["shared_build"] = shared[s.index], len(shared)
+                s.built = True
+                continue
+            # one region broke the build for all: every region is built on its own from here, and
+            # the failed build stays in this sample's record (its time, and why)
+            log.info("%s: the shared build of %d regions failed; building each alone", ctx.task.id, len(shared))
+            failed = Stage(name="shared_extension", seconds=round(sum(x.seconds for x in s.result.stages), 4),
+                           ok=False, detail=f"one extension for {len(shared)} regions did not build "
+                                            f"({s.result.verdict.value}); each region built alone")
+            shared = None
+        s.result = ctx.executor.evaluate(ctx.task, _code(s), replace(ctx.eval_config))
+        if failed is not None:
+            s.result.stages.insert(0, failed)
         s.built = True
-        built += 1
+
+
+def _code(s: Sample) -> str:
+    return s.grounding.code if s.grounding is not None else s.code
+
+
+def _shared(ctx: RunContext, todo: list[Sample]) -> Optional[dict[int, str]]:
+    """Sample index -> its program in one extension with the others' (scaffold.shared_programs),
+    when the turn builds several regions of a load_inline target; None otherwise, or when a program
+    is not the plain splice of its region (grounding changed it: then that text is what is judged)."""
+    sc = ctx.scaffold()
+    if sc is None or len(todo) < 2 or ctx.config.has("no_shared_build"):
+        return None
+    if any(_code(s) != sc.program_with(s.region) for s in todo):
+        return None
+    from kernelwright.scaffold import shared_programs
+
+    programs = shared_programs(sc, [s.region for s in todo])
+    return None if programs is None else {s.index: p for s, p in zip(todo, programs)}
 
 
 def _unbuilt_result(ctx: RunContext, s: Sample, samples: list[Sample]) -> EvalResult:
@@ -236,8 +276,8 @@ def _unbuilt_result(ctx: RunContext, s: Sample, samples: list[Sample]) -> EvalRe
     return EvalResult(verdict=Verdict.NOT_BUILT, error=f"not built: {why}", task_id=task_id, stages=stages)
 
 
-def _record(ctx: RunContext, user: str, samples: list[Sample], turn: int) -> list[Attempt]:
-    messages = ctx.messages(user)
+def _record(ctx: RunContext, messages: tuple[ChatMessage, ...], samples: list[Sample],
+            turn: int) -> list[Attempt]:
     out = []
     for s in samples:
         result = s.result if s.result is not None else _unbuilt_result(ctx, s, samples)
@@ -246,6 +286,8 @@ def _record(ctx: RunContext, user: str, samples: list[Sample], turn: int) -> lis
                 "precheck": s.check.model_dump(mode="json") if s.check is not None else None}
         if s.notes.get("seen_before"):
             note["seen_before"] = True
+        if s.notes.get("shared_build"):
+            note["shared_build"] = s.notes["shared_build"]  # judged as one of this many programs of one extension
         attempt = ctx._attempt(messages, s.completion, s.code, s.grounding, result, turn, s.index,
                                s.notes["gen_s"], {**s.extra, "search": note})
         ctx.attempts.append(attempt)
@@ -266,10 +308,13 @@ def _summary(samples: list[Sample], turn: int) -> Searched:
 
 # -- counterexample repair -----------------------------------------------------------------------
 
-def _repair_prompt(ctx: RunContext, samples: list[Sample], batch: list[Attempt]) -> Optional[str]:
-    """A short prompt: the lines to compute, the failing region most samples agreed on, and what
-    is wrong with it (the pre-check's counterexample or compiler error, else the evaluator's
-    distilled report). None when there is nothing to show (no code in any answer)."""
+def _repair(ctx: RunContext, base: tuple[ChatMessage, ...], samples: list[Sample],
+            batch: list[Attempt]) -> Optional[tuple[ChatMessage, ...]]:
+    """The next turn's conversation: the task, the failing region most samples agreed on as the
+    model's answer, and what is wrong with it (the pre-check's counterexample or compiler error,
+    else the evaluator's distilled report). A follow-up, not a fresh prompt: shown only the lines
+    and the region, the 1.5B model answered half its CUDA repair turns with a whole kernel
+    function (H200, 2026-12-02). None when there is nothing to show (no code in any answer)."""
     failing = [s for s in _distinct(samples) if s.region.strip()]
     if not failing:
         return None
@@ -280,6 +325,9 @@ def _repair_prompt(ctx: RunContext, samples: list[Sample], batch: list[Attempt])
     else:
         problem = feedback.report(attempt)
     sc = ctx.scaffold()
-    if sc is None:
-        return prompts.render("iterate", **ctx.task_vars(), best_code=s.region, report=problem)
-    return prompts.render("search_repair", **prompt_vars(ctx), region=s.region.strip(), problem=problem.strip())
+    if sc is None:  # whole programs: the iterative regime's prompt, the best program and its report
+        return ctx.messages(prompts.render("iterate", **ctx.task_vars(), best_code=s.region, report=problem))
+    fence = ctx.task_vars()["fence"]
+    answer = ChatMessage(role="assistant", content=f"```{fence}\n{s.region.strip()}\n```")
+    follow_up = prompts.render("search_repair", fence=fence, problem=problem.strip(), corrected=True)
+    return (*base, answer, ChatMessage(role="user", content=follow_up))

@@ -66,10 +66,10 @@ def test_region_answers_are_sampled_under_the_grammar_with_grammar():
         backend = Scripted()
         ctx = RunContext(task=task, backend=backend, config=parse_regime(spec, target="cpp", scaffold=True),
                          eval_config=EvalConfig(device="cpu"), cell_key="k")
-        samples = S._draw(ctx, "the prompt", 0, 2, 0.7)
+        samples = S._draw(ctx, ctx.messages("the prompt"), 0, 2, 0.7)
         [request] = backend.requests
         assert request.grammar == (region_grammar(ctx.scaffold()) if constrained else None)
-        batch = S._record(ctx, "the prompt", samples, 0)
+        batch = S._record(ctx, ctx.messages("the prompt"), samples, 0)
         assert [a.notes["search"]["constrained"] for a in batch] == [constrained, constrained]
         # the prompt says how locals are named in the language the answer is held to, and only then
         # (without +grammar the prompt is the plain one, so recorded unconstrained runs still replay)
@@ -77,6 +77,33 @@ def test_region_answers_are_sampled_under_the_grammar_with_grammar():
         assert ("`float t0 = ...;`, then t1, t2" in prompt) == constrained
         if not constrained:
             assert prompt == prompts.render("task", **ctx.task_vars())
+
+
+def test_a_repair_turn_follows_up_in_the_same_conversation():
+    """Turn 2 is the task as turn 1 had it (the kernel, where the region goes), the failing region
+    as the model's answer, and its counterexample with the reply rule: the frame stays in view.
+    Real pre-check (the scripted `y = 2.0f * x;` is not GELU), so nothing is built."""
+    from kernelwright.evaluate import EvalConfig
+    from kernelwright.strategies.base import RunContext
+    from kernelwright.tasks import load_tasks
+
+    task = next(t for t in load_tasks("builtin") if t.id == "builtin/L1/01_gelu_tanh")
+    backend = Scripted()
+    ctx = RunContext(task=task, backend=backend, config=parse_regime("search+n=2+turns=2", target="cpp",
+                                                                      scaffold=True),
+                     eval_config=EvalConfig(device="cpu"), cell_key="k")
+    S.run(ctx)
+    first, second = (r.messages for r in backend.requests)
+    assert [m.role for m in first] == ["system", "user"] and "REGION BEGIN" in first[1].content
+    assert [m.role for m in second] == ["system", "user", "assistant", "user"]
+    assert second[:2] == first
+    assert second[2].content == "```cpp\ny = 2.0f * x;\n```"
+    follow_up = second[3].content
+    assert "PyTorch gives" in follow_up and "only the corrected lines of the region" in follow_up
+    assert "no function signature" in follow_up
+    assert [a.turn for a in ctx.attempts] == [0, 0, 1, 1]
+    assert ctx.attempts[2].messages == [m.model_dump() for m in second]
+    assert not any(a.notes["search"]["built"] for a in ctx.attempts)
 
 
 def test_regions_equal_up_to_whitespace_and_comments_are_one_candidate():
@@ -153,3 +180,67 @@ def test_search_on_real_answers_builds_only_what_the_precheck_passed(build_cache
                and a.notes["search"]["duplicate_of"] is None)
     assert "PyTorch gives" in logged[0].eval.error
     assert cell.selected == logged[1].id == selection.select(logged).id and cell.turns == 1
+
+
+class Answers:
+    """A deterministic backend answering each request with the given regions, one per sample."""
+
+    model = "answers"
+
+    def __init__(self, regions: list[str]) -> None:
+        self.regions = regions
+
+    def generate(self, requests):
+        return [[Completion(text=f"```cpp\n{r}\n```", finish_reason="stop", prompt_tokens=10, completion_tokens=5,
+                            latency_s=0.1) for r in self.regions[:req.n]] for req in requests]
+
+
+def _bias_add_search(regions: list[str], spec: str, build_cache):
+    from kernelwright.evaluate import EvalConfig
+    from kernelwright.strategies import run_regime
+    from kernelwright.tasks import load_tasks
+
+    task = next(t for t in load_tasks("builtin") if t.id == "builtin/L1/02_bias_add")
+    logged = []
+    run_regime(task, Answers(regions), parse_regime(f"{spec}+n={len(regions)}+turns=1", target="cpp", seed=0,
+                                                    scaffold=True),
+               EvalConfig(device="cpu", trials=2, time=False, timeout=300.0, cache_dir=str(build_cache)),
+               sink=logged.append)
+    return logged
+
+
+def _shared_stage(attempt):
+    return next(s for s in attempt.eval.stages if s.name == "shared_build")
+
+
+@pytest.mark.build
+def test_the_turns_survivors_share_one_build(build_cache):
+    """Two regions that pass no pre-check (+no_precheck builds every distinct one), the wrong one
+    agreed on by two samples so it goes first: one extension holds both regions; the first
+    evaluation builds it, the second finds it built, and each program is judged on its own."""
+    logged = _bias_add_search(["y = (x + bias) + 1.0f;", "y = (x + bias) + 1.0f;", "y = x + bias;"],
+                              "search+no_precheck", build_cache)
+    assert [a.eval.verdict.value for a in logged] == ["wrong_output", "wrong_output", "correct"]
+    wrong, _, right = logged
+    assert wrong.notes["search"]["built"] and right.notes["search"]["built"]
+    assert wrong.code == right.code.replace("kw_fused_impl_v1(x", "kw_fused_impl_v0(x")  # one extension
+    assert "namespace kw_v1" in right.code and right.eval.custom_kernel
+    assert wrong.notes["search"]["shared_build"] == right.notes["search"]["shared_build"] == 2
+    assert _shared_stage(wrong).detail.startswith("0 cached, 1 built")
+    assert _shared_stage(right).detail.startswith("1 cached, 0 built")
+
+
+@pytest.mark.build
+def test_a_broken_region_sends_the_turn_back_to_one_build_each(build_cache):
+    """The agreed-on region is right, the other does not compile: the shared build fails for both,
+    so the right region is built alone and verified; the broken one is never built alone, since a
+    correct kernel was found first."""
+    logged = _bias_add_search(["y = x + bias;", "y = x + bias;", "y = x + no_such_name;"],
+                              "search+no_precheck", build_cache)
+    right, _, broken = logged
+    assert right.eval.verdict.value == "correct" and right.eval.custom_kernel
+    assert "namespace kw_v" not in right.code  # judged as its own program
+    first = right.eval.stages[0]
+    assert first.name == "shared_extension" and not first.ok and "2 regions did not build" in first.detail
+    assert "shared_build" not in right.notes["search"]
+    assert broken.eval.verdict.value == "not_built"
