@@ -198,7 +198,10 @@ def _funnel(a: StudyAttempt) -> Funnel:
     refuted = any(s.name == "precheck" and not s.ok for s in a.eval.stages)
     if isinstance(note, dict):
         distinct = note.get("duplicate_of") is None
-        return Funnel(distinct, prechecked and distinct, refuted and distinct, bool(note.get("built")))
+        # a pass that was built carries the evaluator's stages, not the pre-check's: search's note
+        # keeps the pre-check's record (the H200 study's Table V missed its built passes without it)
+        checked = prechecked or note.get("precheck") is not None
+        return Funnel(distinct, checked and distinct, refuted and distinct, bool(note.get("built")))
     return Funnel(True, prechecked, refuted, not refuted and not a.eval.verdict.decided_before_build)
 
 

@@ -146,12 +146,14 @@ def test_table_v_counts_the_funnel_from_samples_to_verified_kernels():
     refuted.stages = [Stage(name="precheck", seconds=0.1, ok=False, detail="counterexample")]
     passed = [Stage(name="precheck", seconds=0.1, ok=True)]
     good, unbuilt = result(Verdict.CORRECT, speedup=1.5), result(Verdict.NOT_BUILT)
-    good.stages, unbuilt.stages = list(passed), list(passed)
+    # a built pass has the evaluator's stages; its note keeps the pre-check's record
+    good.stages, unbuilt.stages = [Stage(name="build", seconds=30.0, ok=True)], list(passed)
+    checked = {"status": "pass"}
     made = []
-    for i, (r, note) in enumerate([(refuted, {"duplicate_of": None, "built": False}),
+    for i, (r, note) in enumerate([(refuted, {"duplicate_of": None, "built": False, "precheck": checked}),
                                    (refuted, {"duplicate_of": 0, "built": False}),
-                                   (good, {"duplicate_of": None, "built": True}),
-                                   (unbuilt, {"duplicate_of": None, "built": False})]):
+                                   (good, {"duplicate_of": None, "built": True, "precheck": checked}),
+                                   (unbuilt, {"duplicate_of": None, "built": False, "precheck": checked})]):
         a = attempt(key, "r1", 0, i, r)
         a.notes = {"search": note}
         a.usage, a.wall_s = Usage(completion_tokens=100), 10.0
