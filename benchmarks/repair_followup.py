@@ -25,7 +25,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelwright import prompts  # noqa: E402
 from kernelwright.evaluate import EvalConfig  # noqa: E402
 from kernelwright.llm import make_backend  # noqa: E402
 from kernelwright.llm.base import ChatMessage  # noqa: E402
@@ -91,11 +90,9 @@ def main() -> int:
         config = parse_regime("search", target=args.target, scaffold=True, max_tokens=args.max_tokens)
         ctx = RunContext(task=tasks[sit["task"]], backend=backend, config=config,
                          eval_config=EvalConfig(device="cpu"), cell_key=f"repair-{i}")
-        answer = ChatMessage(role="assistant", content=f"```{sit['fence']}\n{sit['region']}\n```")
-        follow = prompts.render("search_repair", fence=sit["fence"], problem=sit["problem"], corrected=True)
         arms = {"fresh prompt": tuple(ChatMessage(**m) for m in sit["old"]),
-                "follow-up": (*(ChatMessage(**m) for m in sit["base"]), answer,
-                              ChatMessage(role="user", content=follow))}
+                "follow-up": S.follow_up(tuple(ChatMessage(**m) for m in sit["base"]), sit["fence"],
+                                         sit["region"], sit["problem"])}
         line = []
         for arm, messages in arms.items():
             samples = S._draw(ctx, messages, 1, args.n, S.DEFAULT_TEMPERATURE)

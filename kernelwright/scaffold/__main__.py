@@ -26,7 +26,6 @@ def handle(text: str) -> dict:
 
 
 def plan_one(job) -> dict:
-
     import torch
 
     from kernelwright.measure.draw import draw_inputs, seed_all

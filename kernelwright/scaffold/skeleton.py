@@ -520,8 +520,7 @@ def shared_programs(sc: Scaffold, regions: list[str]) -> Optional[list[str]]:
     names = ", ".join(p.split()[-1] for p in params.split(","))
     variants, bindings, decls = [], [], []
     for i, region in enumerate(regions):
-        body = Scaffold.model_construct(program=chunk, placeholder=sc.placeholder, indent=sc.indent,
-                                        default_region=sc.default_region).program_with(region)
+        body = sc.with_region(chunk, region)
         variants.append(f"namespace kw_v{i} {{\n{body}}}  // namespace kw_v{i}\n")
         decls.append(f"namespace kw_v{i} {{ torch::Tensor kw_fused_impl({params}); }}")
         bindings.append(f"torch::Tensor kw_fused_impl_v{i}({params}) {{ return kw_v{i}::kw_fused_impl({names}); }}")

@@ -111,9 +111,12 @@ class Scaffold(BaseModel):
     def program_with(self, region: str) -> str:
         """The candidate with ``region`` (unindented lines) in place of the placeholder; an empty
         region leaves the default, a pass-through."""
-        text = region if region.strip() else self.default_region
-        body = "\n".join((self.indent + line) if line.strip() else "" for line in text.strip("\n").splitlines())
-        return self.program.replace(self.placeholder, body)
+        return self.with_region(self.program, region)
+
+    def with_region(self, text: str, region: str) -> str:
+        """``text`` (the program, or a part of it holding the placeholder) with ``region`` in place."""
+        lines = (region if region.strip() else self.default_region).strip("\n").splitlines()
+        return text.replace(self.placeholder, "\n".join((self.indent + line) if line.strip() else "" for line in lines))
 
 
 class Assembly(BaseModel):

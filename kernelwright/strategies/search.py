@@ -327,7 +327,12 @@ def _repair(ctx: RunContext, base: tuple[ChatMessage, ...], samples: list[Sample
     sc = ctx.scaffold()
     if sc is None:  # whole programs: the iterative regime's prompt, the best program and its report
         return ctx.messages(prompts.render("iterate", **ctx.task_vars(), best_code=s.region, report=problem))
-    fence = ctx.task_vars()["fence"]
-    answer = ChatMessage(role="assistant", content=f"```{fence}\n{s.region.strip()}\n```")
-    follow_up = prompts.render("search_repair", fence=fence, problem=problem.strip(), corrected=True)
-    return (*base, answer, ChatMessage(role="user", content=follow_up))
+    return follow_up(base, ctx.task_vars()["fence"], s.region, problem)
+
+
+def follow_up(base: tuple[ChatMessage, ...], fence: str, region: str,
+              problem: str) -> tuple[ChatMessage, ...]:
+    """`base` answered with `region`, then told what is wrong with it and what to reply."""
+    answer = ChatMessage(role="assistant", content=f"```{fence}\n{region.strip()}\n```")
+    ask = prompts.render("search_repair", fence=fence, problem=problem.strip(), corrected=True)
+    return (*base, answer, ChatMessage(role="user", content=ask))
