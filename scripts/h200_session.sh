@@ -1,5 +1,5 @@
 # The H200 runs of docs/results/*-h200*.md, as run through the device tool (see scripts/device_env.sh).
-# Usage on the device, from the checkout: `bash scripts/h200_session.sh chunk|place|check|skel|search|start|copy|pool|simple K/N|gputests FILES|poll S|collect`.
+# Usage on the device, from the checkout: `bash scripts/h200_session.sh chunk|place|check|skel|search|side|start|copy|pool|simple K/N|gputests FILES|poll S|collect`.
 # Long jobs run detached from a copy (/tmp/kwb) so that a later call's fresh checkout cannot change
 # them; each writes its log under /tmp/kwout.
 set -u
@@ -22,11 +22,13 @@ check)  # the scaffold oracle regions through the evaluator (the judge split), d
     --target triton --jobs 4 --out /tmp/kwout/scaffold-check.md > /tmp/kwout/scaffold-check.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
 skel)  # issue #20: the oracle-region skeletons against eager and torch.compile, detached, from a copy of
-  # its own (/tmp/kws); builds first with 12 jobs, then the timed runs one at a time
+  # its own (/tmp/kws); builds first with 12 jobs, then the timed runs one at a time. `skel --variants`
+  # also times every launch variant (about 4x as long: 16 s an evaluation on 2026-12-02)
   bash "$0" copy /tmp/kws
   cd /tmp/kws
   PYTHONPATH=/tmp/site:/tmp/kws setsid nohup python3 benchmarks/skeleton_speed.py --device cuda --target cuda \
-    --target triton --jobs 12 --out /tmp/kwout/skeleton-speed-h200.md > /tmp/kwout/skeleton-speed.log 2>&1 < /dev/null &
+    --target triton --jobs 12 --iters 30 --out /tmp/kwout/skeleton-speed-h200.md "${@:2}" \
+    > /tmp/kwout/skeleton-speed.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
 search)  # issue #17: zero_shot+scaffold vs search, CUDA and Triton on the GPU, side by side; with them
   # (issue #19) plain copies of the references timed on the same GPU. `search cpp` adds C++ on the
@@ -38,6 +40,20 @@ search)  # issue #17: zero_shot+scaffold vs search, CUDA and Triton on the GPU, 
     dev=cuda; [ $t = cpp ] && dev=cpu
     setsid nohup python3 -m kernelwright.cli.main study run -m "hf:qwen2.5-coder-1.5b?batch_size=64" \
       -r zero_shot+scaffold,search -t builtin --target $t --device $dev \
+      --max-tokens 768 --iters 50 --jobs 34 --compile-baseline --out /tmp/st/$t > /tmp/kwout/study-$t.log 2>&1 < /dev/null &
+  done
+  setsid nohup python3 benchmarks/copy_timing.py --device cuda --rounds 3 --out /tmp/kwout/copy-timing.md \
+    > /tmp/kwout/copy-timing.log 2>&1 < /dev/null &
+  disown -a; sleep 2; echo started ;;
+side)  # issue #19: two studies side by side on one GPU (CUDA and Triton targets, the built-in suite at
+  # full size, zero_shot+scaffold: one sample a cell, so both can finish in a session) with plain
+  # copies of the references timed beside them
+  bash "$0" copy
+  cd /tmp/kwb
+  export PYTHONPATH=/tmp/site:/tmp/kwb
+  for t in cuda triton; do
+    setsid nohup python3 -m kernelwright.cli.main study run -m "hf:qwen2.5-coder-1.5b?batch_size=64" \
+      -r zero_shot+scaffold -t builtin --target $t --device cuda \
       --max-tokens 768 --iters 50 --jobs 34 --compile-baseline --out /tmp/st/$t > /tmp/kwout/study-$t.log 2>&1 < /dev/null &
   done
   setsid nohup python3 benchmarks/copy_timing.py --device cuda --rounds 3 --out /tmp/kwout/copy-timing.md \

@@ -212,7 +212,8 @@ def _per(total: float, n: int, unit: str = "") -> str:
 def table_v(scored: list[Scored]) -> Table:
     rows = []
     for g, items in metrics.groups(scored).items():
-        attempts = [a for s in items for a in s.attempts]
+        # search's launch variants of a verified kernel are timings of one region, not samples
+        attempts = [a for s in items for a in s.attempts if "tune" not in (a.notes.get("search") or {})]
         steps = [_funnel(a) for a in attempts]
         verified = sum(1 for a, st in zip(attempts, steps)
                        if st.built and a.eval.verdict == Verdict.CORRECT and a.eval.custom_kernel)

@@ -26,7 +26,7 @@ from kernelwright.records import Task
 from kernelwright.scaffold.grammar import region_grammar
 from kernelwright.scaffold.planner_job import PlanBatch, PlanJob
 from kernelwright.scaffold.precheck import Counterexample, PrecheckResult, PrecheckStatus, precheck, precheck_many
-from kernelwright.scaffold.skeleton import shared_programs, write
+from kernelwright.scaffold.skeleton import default_launch, launch_variants, shared_programs, with_launch, write
 from kernelwright.scaffold.splice import assemble
 from kernelwright.scaffold.types import (
     BEGIN,
@@ -41,8 +41,9 @@ from kernelwright.scaffold.types import (
 )
 
 __all__ = ["BEGIN", "END", "Assembly", "Counterexample", "KernelArg", "PrecheckResult", "PrecheckStatus", "Probes",
-           "Scaffold", "ScaffoldError", "ScaffoldPlan", "Segment", "SegmentKind", "assemble", "build", "plan_task",
-           "plan_tasks", "precheck", "precheck_many", "region_grammar", "shared_programs", "write"]
+           "Scaffold", "ScaffoldError", "ScaffoldPlan", "Segment", "SegmentKind", "assemble", "build", "default_launch",
+           "launch_variants", "plan_task", "plan_tasks", "precheck", "precheck_many", "region_grammar",
+           "shared_programs", "with_launch", "write"]
 
 DEFAULT_TIMEOUT_S = 300.0
 _cache: dict[str, ScaffoldPlan] = {}

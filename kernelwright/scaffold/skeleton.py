@@ -28,8 +28,9 @@ PLACEHOLDER = "@@KW_REGION@@"
 C_TYPES = {"float32": "float", "float16": "at::Half", "bfloat16": "at::BFloat16"}
 TORCH_DTYPES = {"float32": "torch::kFloat32", "float16": "torch::kHalf", "bfloat16": "torch::kBFloat16"}
 PY_DTYPES = {"float32": "torch.float32", "float16": "torch.float16", "bfloat16": "torch.bfloat16"}
-ROW_THREADS = 256
+ROW_THREADS = 256  # the pre-check's block for row kernels (its probe rows are short)
 ELEMENTWISE_THREADS = 256
+VEC = 4  # elements per thread and step in the CUDA elementwise kernel: one 128-bit access for fp32
 TRITON_BLOCK = 1024
 # The math a region may call. C targets: only the functions the region's own lines and definitions
 # name (a word -> (C++ name, CUDA name)). Listing all of them made the 1.5B model call them one after
@@ -84,6 +85,58 @@ def write(plan: ScaffoldPlan, target: str) -> Scaffold:
     seg = plan.segment
     writer = {"cuda": _cuda, "cpp": _cpp, "triton": _triton}[target]
     return writer(plan, seg)
+
+
+# ---- launch settings -----------------------------------------------------------------------------
+# A program's launch settings are one Python line, `KW_LAUNCH = {...}`, read at call time: a variant
+# of the launch is the same extension (no new build) with another line, so speed search can time
+# several of them on one correct region.
+
+LAUNCH_LINE = re.compile(r"^KW_LAUNCH = .*$", re.M)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def default_launch(seg: Segment, target: str) -> dict[str, int]:
+    """The launch settings a skeleton starts with: enough threads per row that each handles about
+    eight values of a long row, rows staged in shared memory (a region that reads its row several
+    times then reads memory once), Triton's block and warps as its own tutorials pick them."""
+    if target == "cuda":
+        if seg.kind == SegmentKind.ELEMENTWISE:
+            return {"threads": ELEMENTWISE_THREADS}
+        return {"threads": min(1024, max(128, _pow2_at_least(max(1, seg.cols) // 8))), "stage": 1}
+    if target == "triton":
+        if seg.kind == SegmentKind.ELEMENTWISE:
+            return {"block": TRITON_BLOCK, "warps": 4}
+        return {"warps": 0}  # 0: chosen from the row's block at call time (4, 8 or 16)
+    return {}
+
+
+def launch_variants(seg: Segment, target: str) -> list[dict[str, int]]:
+    """Other launch settings worth timing once a region is correct, the default excluded."""
+    if target == "cuda":
+        grid = ([{"threads": t} for t in (128, 512)] if seg.kind == SegmentKind.ELEMENTWISE else
+                [{"threads": t, "stage": st} for st in (1, 0) for t in (256, 512, 1024)])
+    elif target == "triton":
+        grid = ([{"block": b, "warps": w} for b in (1024, 2048, 4096) for w in (4, 8)]
+                if seg.kind == SegmentKind.ELEMENTWISE else [{"warps": w} for w in (4, 8, 16)])
+    else:
+        grid = []
+    default = default_launch(seg, target)
+    return [g for g in grid if g != default]
+
+
+def launch_line(knobs: dict[str, int]) -> str:
+    return f"KW_LAUNCH = {knobs!r}"
+
+
+def with_launch(program: str, knobs: dict[str, int]) -> Optional[str]:
+    """The program with other launch settings; None for a program without a KW_LAUNCH line."""
+    if not LAUNCH_LINE.search(program):
+        return None
+    return LAUNCH_LINE.sub(lambda _: launch_line(knobs), program, count=1)
 
 
 # ---- shared pieces -------------------------------------------------------------------------------
@@ -164,8 +217,8 @@ def _variables(seg: Segment, target: str) -> list[str]:
     if target == "cuda":
         lines.append("`block_sum(v)`, `block_max(v)`: reduce v over the threads of the block; every thread gets "
                      "the result and every thread must call them")
-        lines.append(f"the block has blockDim.x = {ROW_THREADS} threads: loop `for (int64_t j = threadIdx.x; "
-                     "j < cols; j += blockDim.x)`")
+        lines.append("the block has blockDim.x threads (a multiple of 32, at most 1024; the launch picks it): loop "
+                     "`for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)`")
     if seg.per_row_output:
         lines.append({"cuda": "`y` (a float, already 0): assign the row's one result to it; thread 0's y is stored "
                               "(after block_sum/block_max every thread holds the same value)",
@@ -222,8 +275,9 @@ def _c_loads(seg: Segment, indent: str) -> str:
                    f"{a.name}_ptr[{_c_index(a, 'row * cols + j')}]); }};\n" for a in seg.args)
 
 
-def _host(seg: Segment, device_check: str, launch: str) -> tuple[str, str]:
-    """(declaration, definition) of the host function `kw_fused_impl`."""
+def _host(seg: Segment, device_check: str, launch: str, knobs: tuple[str, ...] = ()) -> tuple[str, str]:
+    """(declaration, definition) of the host function `kw_fused_impl`; `knobs` are its launch
+    settings (`kw_<knob>`, from the program's KW_LAUNCH)."""
     params = ["torch::Tensor x"]
     for a in seg.extras:
         params.append(f"torch::Tensor {a.name}")
@@ -231,6 +285,7 @@ def _host(seg: Segment, device_check: str, launch: str) -> tuple[str, str]:
             params += [f"int64_t {a.name}_inner", f"int64_t {a.name}_span"]
     if seg.kind == SegmentKind.ROW:
         params.append("int64_t cols")
+    params += [f"int64_t kw_{k}" for k in knobs]
     signature = f"torch::Tensor kw_fused_impl({', '.join(params)})"
     checks = []
     for a in seg.args:
@@ -268,6 +323,53 @@ def _ptr_args(seg: Segment) -> str:
             out += [f"{a.name}_inner", f"{a.name}_span"]
     out.append(f"out.data_ptr<{C_TYPES[seg.out_dtype]}>()")
     return ", ".join(out)
+
+
+# Not shown to the model: how the kernels move memory (the region never calls these).
+CUDA_IO = r'''
+// Vector access for the elementwise kernel: 4 consecutive elements in one 128-bit (fp32) or
+// 64-bit (fp16/bf16) load or store where the address allows it, element by element at the tail.
+template <typename T>
+__device__ __forceinline__ void kw_load4(const T* __restrict__ p, int64_t base, int64_t n, float* v) {
+    if (base + 4 <= n && (reinterpret_cast<uintptr_t>(p + base) % (4 * sizeof(T))) == 0) {
+        alignas(16) T t[4];
+        if constexpr (sizeof(T) == 4) *reinterpret_cast<float4*>(t) = *reinterpret_cast<const float4*>(p + base);
+        else *reinterpret_cast<float2*>(t) = *reinterpret_cast<const float2*>(p + base);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v[k] = static_cast<float>(t[k]);
+    } else {
+        for (int k = 0; k < 4; ++k) v[k] = base + k < n ? static_cast<float>(p[base + k]) : 0.0f;
+    }
+}
+template <typename T>
+__device__ __forceinline__ void kw_store4(T* __restrict__ p, int64_t base, int64_t n, const float* v) {
+    if (base + 4 <= n && (reinterpret_cast<uintptr_t>(p + base) % (4 * sizeof(T))) == 0) {
+        alignas(16) T t[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) t[k] = static_cast<T>(v[k]);
+        if constexpr (sizeof(T) == 4) *reinterpret_cast<float4*>(p + base) = *reinterpret_cast<const float4*>(t);
+        else *reinterpret_cast<float2*>(p + base) = *reinterpret_cast<const float2*>(t);
+    } else {
+        for (int k = 0; k < 4; ++k) if (base + k < n) p[base + k] = static_cast<T>(v[k]);
+    }
+}
+// A row kernel's row of an input copied to shared memory (as float) by the block's threads, so a
+// region that reads the row several times (max, sum, normalise) reads memory once.
+template <typename T>
+__device__ __forceinline__ void kw_stage_row(const T* __restrict__ g, float* s, int64_t cols) {
+    if constexpr (sizeof(T) == 4) {
+        if ((cols & 3) == 0 && (reinterpret_cast<uintptr_t>(g) & 15) == 0) {
+            for (int64_t j = threadIdx.x; j < cols / 4; j += blockDim.x)
+                reinterpret_cast<float4*>(s)[j] = reinterpret_cast<const float4*>(g)[j];
+            return;
+        }
+    }
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s[j] = static_cast<float>(g[j]);
+}
+'''
+# shared memory sized at launch (the pre-check's host shim defines its own)
+CUDA_DYNAMIC_SHARED = ("#define KW_DYNAMIC_SHARED(name) extern __shared__ float4 name##_v4[]; "
+                       "float* name = reinterpret_cast<float*>(name##_v4)\n")
 
 
 CUDA_HELPERS = r'''
@@ -310,26 +412,69 @@ __device__ float block_max(float v) {
 '''
 
 
+def _staged(seg: Segment) -> list[KernelArg]:
+    """The row kernel's inputs shaped like x: their rows can be staged in shared memory."""
+    return [a for a in seg.args if a.pattern == "same"]
+
+
 def cuda_kernel(seg: Segment) -> tuple[str, str, str]:
     """(kernel with PLACEHOLDER where the region goes, the region's indent, helpers it calls):
-    the skeleton's and the pre-check's, so the region sees the same names in both."""
+    the skeleton's and the pre-check's, so the region sees the same names in both.
+
+    Elementwise: each thread takes VEC consecutive elements a step (vector loads and stores where
+    aligned), grid-stride, and runs the region once per element with the same names as a
+    one-element thread would (`i`, the inputs, `y`). Rows: one block per row; with `stage` set,
+    the row of every input shaped like x is first copied to shared memory, and the region's
+    accessors read it from there."""
     params = ",\n    ".join(_c_params(seg))
-    indent = "    "
     if seg.kind == SegmentKind.ELEMENTWISE:
+        indent = " " * 12
+        same = [a for a in seg.args if a.pattern == "same"]
+        loads = "".join(f"        float kw_lane_{a.name}[{VEC}];\n"
+                        f"        kw_load4({a.name}_ptr, base, n, kw_lane_{a.name});\n" for a in same)
+        lane = "".join(f"            const float {a.name} = kw_lane_{a.name}[kw_k];\n" if a.pattern == "same" else
+                       f"            const float {a.name} = static_cast<float>({a.name}_ptr[{_c_index(a, 'i')}]);\n"
+                       for a in seg.args)
         kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t n) {{\n"
-                  "    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;\n"
-                  "    if (i >= n) return;\n"
-                  f"{_c_loads(seg, indent)}"
-                  "    float y = x;\n"
+                  f"    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * {VEC};\n"
+                  f"    for (int64_t base = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * {VEC};"
+                  " base < n; base += stride) {\n"
+                  f"{loads}"
+                  f"        float kw_res[{VEC}];\n"
+                  "#pragma unroll\n"
+                  f"        for (int kw_k = 0; kw_k < {VEC}; ++kw_k) {{\n"
+                  "            const int64_t i = base + kw_k;  // this element's index\n"
+                  f"{lane}"
+                  "            float y = x;\n"
                   f"{indent}{PLACEHOLDER}\n"
-                  f"    out_ptr[i] = static_cast<{C_TYPES[seg.out_dtype]}>(y);\n}}\n")
+                  "            kw_res[kw_k] = y;\n"
+                  "        }\n"
+                  "        kw_store4(out_ptr, base, n, kw_res);\n"
+                  "    }\n}\n")
         return kernel, indent, ""
+    indent = "    "
+    staged = _staged(seg)
+    stage = "".join(f"        kw_stage_row({a.name}_ptr + row * cols, kw_stage + {k} * cols, cols);\n"
+                    for k, a in enumerate(staged))
+    rows = "".join(f"    const float* kw_row_{a.name} = stage ? kw_stage + {k} * cols : nullptr;\n"
+                   for k, a in enumerate(staged))
+    loads = "".join(
+        f"    auto {a.name} = [&](int64_t j) -> float {{ return kw_row_{a.name} ? kw_row_{a.name}[j] : "
+        f"static_cast<float>({a.name}_ptr[row * cols + j]); }};\n" if a.pattern == "same" else
+        f"    auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>("
+        f"{a.name}_ptr[{_c_index(a, 'row * cols + j')}]); }};\n" for a in seg.args)
     # one value per row: a float the region assigns (an index into the output could run past it)
     y_decl, y_store = _row_output(seg, indent, "if (threadIdx.x == 0) ")
-    kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t rows, int64_t cols) {{\n"
+    kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t rows, int64_t cols, int stage) {{\n"
+              "    KW_DYNAMIC_SHARED(kw_stage);\n"
               "    const int64_t row = blockIdx.x;\n"
               "    if (row >= rows) return;\n"
-              f"{_c_loads(seg, indent)}"
+              "    if (stage) {\n"
+              f"{stage}"
+              "        __syncthreads();\n"
+              "    }\n"
+              f"{rows}"
+              f"{loads}"
               f"{y_decl}"
               f"{indent}{PLACEHOLDER}\n{y_store}}}\n")
     return kernel, indent, CUDA_HELPERS
@@ -338,21 +483,33 @@ def cuda_kernel(seg: Segment) -> tuple[str, str, str]:
 def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
     kernel, indent, helpers = cuda_kernel(seg)
     if seg.kind == SegmentKind.ELEMENTWISE:
-        launch = (f"    const int threads = {ELEMENTWISE_THREADS};\n"
-                  "    const int64_t blocks = (n + threads - 1) / threads;\n"
+        launch = ("    const int threads = static_cast<int>(std::clamp<int64_t>(kw_threads, 32, 1024));\n"
+                  f"    const int64_t per_block = static_cast<int64_t>(threads) * {VEC};\n"
+                  "    const int64_t blocks = std::min<int64_t>((n + per_block - 1) / per_block, 2147483647);\n"
                   "    kw_fused_kernel<<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(\n"
                   f"        {_ptr_args(seg)}, n);\n"
                   "    C10_CUDA_KERNEL_LAUNCH_CHECK();\n")
     else:
-        launch = (f"    kw_fused_kernel<<<rows, {ROW_THREADS}, 0, at::cuda::getCurrentCUDAStream()>>>(\n"
-                  f"        {_ptr_args(seg)}, rows, cols);\n"
+        staged = len(_staged(seg))
+        launch = ("    const int threads = static_cast<int>(std::clamp<int64_t>(kw_threads, 32, 1024) / 32 * 32);\n"
+                  "    // stage the rows in shared memory only where they fit beside the reductions' buffers\n"
+                  f"    const int64_t smem = kw_stage ? {staged} * cols * static_cast<int64_t>(sizeof(float)) : 0;\n"
+                  "    const int stage = smem > 0 && smem + 1024 <= static_cast<int64_t>(\n"
+                  "        at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin) ? 1 : 0;\n"
+                  "    if (stage && smem > 48 * 1024)\n"
+                  "        C10_CUDA_CHECK(cudaFuncSetAttribute(\n"
+                  "            kw_fused_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,\n"
+                  "            static_cast<int>(smem)));\n"
+                  "    kw_fused_kernel<<<rows, threads, stage ? smem : 0, at::cuda::getCurrentCUDAStream()>>>(\n"
+                  f"        {_ptr_args(seg)}, rows, cols, stage);\n"
                   "    C10_CUDA_KERNEL_LAUNCH_CHECK();\n")
-    decl, host = _host(seg, "is_cuda()", launch)
+    decl, host = _host(seg, "is_cuda()", launch, tuple(default_launch(seg, "cuda")))
     kernel_prog, kernel_view = _marked(kernel, indent, "//")
     # load_inline starts cuda_sources with <torch/types.h>, all the host code needs; <torch/extension.h>
     # (the whole C++ frontend and pybind11) would make nvcc take 2-3x as long (main.cpp has it)
-    includes = "#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAException.h>\n#include <math.h>\n"
-    cuda_src = f"{includes}{helpers}\n{kernel_prog}\n{host}"
+    includes = ("#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAException.h>\n#include <math.h>\n"
+                "#include <algorithm>\n#include <cstdint>\n")
+    cuda_src = f"{includes}{CUDA_IO}{CUDA_DYNAMIC_SHARED}{helpers}\n{kernel_prog}\n{host}"
     name = _ext_name(plan, "cuda")
     kernel_part = (f'KW_CPP_SOURCE = """\n{decl}\n"""\n\nKW_CUDA_SOURCE = r"""\n{cuda_src}"""\n\n'
                    f'kw_ext = load_inline(name="{name}", cpp_sources=KW_CPP_SOURCE, cuda_sources=KW_CUDA_SOURCE,\n'
@@ -404,7 +561,10 @@ def _load_inline_scaffold(plan: ScaffoldPlan, seg: Segment, target: str, kernel_
                           indent: str) -> Scaffold:
     """The Python around a load_inline extension (CUDA and CPU C++ alike): imports, the wrapper
     that shapes inputs and output, ModelNew."""
-    call = f"kw_ext.kw_fused_impl({', '.join(['x'] + _ext_args(seg))})"
+    knobs = [f'KW_LAUNCH["{k}"]' for k in default_launch(seg, target)]
+    call = f"kw_ext.kw_fused_impl({', '.join(['x'] + _ext_args(seg) + knobs)})"
+    if knobs:
+        kernel_part += f"\n{launch_line(default_launch(seg, target))}\n"
     header = "import math\n\nimport torch\nfrom torch.utils.cpp_extension import load_inline\n"
     program = _assemble_program(plan, header, kernel_part, _wrapper(seg, call))
     default = ("// (empty: y stays x)" if seg.kind == SegmentKind.ELEMENTWISE else
@@ -470,14 +630,16 @@ def _triton(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
     if seg.kind == SegmentKind.ELEMENTWISE:
         launch = ("    n = x.numel()\n"
                   f"    out = torch.empty(n, device=x.device, dtype={PY_DTYPES[seg.out_dtype]})\n"
-                  f"    kw_fused_kernel[(triton.cdiv(n, {TRITON_BLOCK}),)]({{args}}, out, n, BLOCK={TRITON_BLOCK})\n")
+                  '    block = KW_LAUNCH["block"]\n'
+                  '    kw_fused_kernel[(triton.cdiv(n, block),)]({args}, out, n, BLOCK=block,\n'
+                  '                                              num_warps=KW_LAUNCH["warps"])\n')
         default = "# (empty: y stays x)"
     else:
         size = "rows" if seg.per_row_output else "rows * cols"
         launch = ("    rows = x.numel() // cols\n"
                   f"    out = torch.empty({size}, device=x.device, dtype={PY_DTYPES[seg.out_dtype]})\n"
                   "    block = triton.next_power_of_2(cols)\n"
-                  "    warps = 4 if block <= 2048 else (8 if block <= 8192 else 16)\n"
+                  '    warps = KW_LAUNCH["warps"] or (4 if block <= 2048 else (8 if block <= 8192 else 16))\n'
                   "    kw_fused_kernel[(rows,)]({args}, out, cols, BLOCK=block, num_warps=warps)\n")
         default = "# (empty)"
     kernel_prog, kernel_view = _marked(kernel, indent, "#")
@@ -489,6 +651,7 @@ def _triton(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
                                          if a.pattern == "broadcast" else [a.name])]
         + (["cols"] if seg.kind == SegmentKind.ROW else [])) + "):\n").replace("(x, )", "(x)")
     launcher += launch.replace("{args}", args) + "    return out\n"
+    launcher = f"{launch_line(default_launch(seg, 'triton'))}\n\n\n{launcher}"
     header = "import math\n\nimport torch\nimport triton\nimport triton.language as tl\n"
     call = f"kw_launch({', '.join(['x'] + _ext_args(seg))})"
     program = _assemble_program(plan, header, kernel_prog + "\n\n" + launcher, _wrapper(seg, call))

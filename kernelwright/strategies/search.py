@@ -16,7 +16,10 @@ when they can try many times against an exact check. One turn:
    builds an extension (CUDA, C++), the turn's survivors share one: every region's kernel in one
    source, a program per region (scaffold.shared_programs), so the first evaluation's build serves
    the rest; if that build fails, each region is built on its own;
-5. when none is correct, the next turn answers the model's failing region with its concrete
+5. once one is correct, speed: the verified kernel is timed under the skeleton's other launch
+   settings (same region, same extension: no build, no tokens), each variant verified in full, so
+   the pick keeps the fastest correct one (+no_tune switches it off);
+6. when none is correct, the next turn answers the model's failing region with its concrete
    counterexample or compiler error, as a follow-up in the same conversation (so the kernel and
    where the region goes stay in view), and samples again.
 
@@ -29,7 +32,8 @@ sampled under the grammar (`constrained`: the backend says, per answer).
 
 Ablations, each part switched off on its own so a study shows what it buys: +no_precheck (build
 every distinct sample, in sampling order), +no_repair (every turn samples the base prompt again,
-with a new seed), +no_shared_build (each survivor its own extension), +grammar (answers
+with a new seed), +no_shared_build (each survivor its own extension), +no_tune (no launch
+variants after a verified kernel), +grammar (answers
 constrained to the region's language: off by default, it bought no pre-check passes for 2.4x the
 generation time, docs/results/grammar-yield.md), +n=K.
 A task without a scaffold gets whole programs: n a turn, every one built (nothing to pre-check).
@@ -99,7 +103,10 @@ def run(ctx: RunContext) -> None:
         _build(ctx, samples, turn)
         batch = _record(ctx, conversation, samples, turn)
         if any(selection.tier(a.eval) >= 3 for a in batch):
-            break  # a verified custom kernel: the next step is speed, not another sample of the math
+            # a verified custom kernel: the next step is speed, not another sample of the math
+            if not c.has("no_tune"):
+                _tune(ctx, conversation, batch, turn, len(samples))
+            break
         if c.has("no_repair"):
             conversation = base
             continue
@@ -304,6 +311,45 @@ def _summary(samples: list[Sample], turn: int) -> Searched:
     checked = [s for s in distinct if s.check is not None]
     return Searched(turn=turn, drawn=len(samples), distinct=len(distinct), checked=len(checked),
                     passed=sum(1 for s in checked if s.check.passed), to_build=min(MAX_BUILDS, len(_order(samples))))
+
+
+# -- speed search ---------------------------------------------------------------------------------
+
+def _tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attempt], turn: int,
+          first_sample: int) -> None:
+    """Time the verified kernel under the skeleton's other launch settings (threads per block,
+    shared-memory staging of rows, Triton block and warps): the same region and the same
+    extension, so no build and no model call. Each variant is evaluated in full (a setting that
+    breaks a region is wrong_output, not faster) and recorded as an attempt of this turn; the pick
+    among attempts keeps the fastest correct one. Stops at the run's deadline, where it has one."""
+    sc = ctx.scaffold()
+    if sc is None or sc.segment is None:
+        return
+    from dataclasses import replace
+
+    from kernelwright.scaffold import launch_variants, with_launch
+
+    verified = [a for a in batch if selection.tier(a.eval) >= 3]
+    best = min(verified, key=lambda a: a.eval.runtime_ms if a.eval.runtime_ms is not None else float("inf"))
+    code = best.repaired_code or best.code
+    variants = launch_variants(sc.segment, sc.target)
+    budget = getattr(ctx.backend, "budget", None)  # optimize's wall-clock budget (optimize/budget.py)
+    # the answer is the verified one; the variant cost no tokens
+    answer = Completion(text=best.raw_response, finish_reason=best.finish_reason, prompt_tokens=0,
+                        completion_tokens=0, latency_s=0.0)
+    for k, knobs in enumerate(variants):
+        program = with_launch(code or "", knobs)
+        if program is None or (budget is not None and budget.spent()):
+            return
+        sample = first_sample + k
+        ctx.progress(Evaluating(turn=turn, sample=sample, n=len(variants)))
+        result = ctx.executor.evaluate(ctx.task, program, replace(ctx.eval_config))
+        attempt = ctx._attempt(messages, answer, program, None, result, turn, sample, 0.0,
+                               {"search": {"tune": knobs, "of": best.id}})
+        ctx.attempts.append(attempt)
+        ctx.sink(attempt)
+        ctx.progress(Judged(turn=turn, sample=sample, n=len(variants), verdict=result.verdict.value,
+                            speedup=result.speedup, custom=result.custom_kernel))
 
 
 # -- counterexample repair -----------------------------------------------------------------------

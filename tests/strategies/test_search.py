@@ -4,6 +4,7 @@ The regime end to end (replayed model answers, real pre-check, real builds) is i
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,45 @@ def test_a_broken_region_sends_the_turn_back_to_one_build_each(build_cache):
     assert first.name == "shared_extension" and not first.ok and "2 regions did not build" in first.detail
     assert "shared_build" not in right.notes["search"]
     assert broken.eval.verdict.value == "not_built"
+
+
+class TritonAnswers(Answers):
+    def generate(self, requests):
+        return [[Completion(text=f"```python\n{r}\n```", finish_reason="stop", prompt_tokens=10, completion_tokens=5,
+                            latency_s=0.1) for r in self.regions[:req.n]] for req in requests]
+
+
+@pytest.mark.slow  # five evaluations under the Triton interpreter
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+def test_a_verified_kernel_is_timed_under_its_other_launch_settings(build_cache):
+    """Speed search: once a region is verified, the same program with each of the skeleton's other
+    launch settings (here a row kernel's warps) is evaluated in full and recorded as an attempt of
+    the turn, costing no tokens; +no_tune does none of it."""
+    from kernelwright.evaluate import EvalConfig
+    from kernelwright.scaffold import launch_variants, plan_task, write
+    from kernelwright.strategies import run_regime
+    from kernelwright.tasks import load_task
+
+    task = load_task("builtin/L1/05_row_sum")
+    cfg = EvalConfig(device="cpu", trials=2, time=False, timeout=300.0, cache_dir=str(build_cache),
+                     extra_env={"TRITON_INTERPRET": "1"})
+    answer = "y = tl.sum(x, axis=0)"
+
+    def run(spec):
+        logged = []
+        run_regime(task, TritonAnswers([answer]), parse_regime(spec, target="triton", seed=0, scaffold=True), cfg,
+                   sink=logged.append)
+        return logged
+
+    logged = run("search+n=1+turns=1")
+    variants = launch_variants(write(plan_task(task), "triton").segment, "triton")
+    assert len(variants) == 3 and len(logged) == 1 + len(variants)
+    found, *tuned = logged
+    assert found.eval.verdict.value == "correct" and found.eval.custom_kernel
+    for a, knobs in zip(tuned, variants):
+        assert a.notes["search"] == {"tune": knobs, "of": found.id}
+        assert a.eval.verdict.value == "correct" and a.usage.completion_tokens == 0
+        # the same program but for its launch line
+        assert a.code.replace(f"KW_LAUNCH = {knobs!r}", "") == found.code.replace("KW_LAUNCH = {'warps': 0}", "")
+    assert len({a.id for a in logged}) == len(logged)
+    assert len(run("search+no_tune+n=1+turns=1")) == 1

@@ -30,7 +30,15 @@ from kernelwright.scaffold.precheck.compare import decode
 from kernelwright.scaffold.precheck.confined import cache_dir, confined_run
 from kernelwright.scaffold.precheck.native_shim import COMMON, CUDA_SHIM
 from kernelwright.scaffold.precheck.types import RegionRun
-from kernelwright.scaffold.skeleton import ELEMENTWISE_THREADS, PLACEHOLDER, ROW_THREADS, cpp_kernel, cuda_kernel
+from kernelwright.scaffold.skeleton import (
+    CUDA_IO,
+    ELEMENTWISE_THREADS,
+    PLACEHOLDER,
+    ROW_THREADS,
+    VEC,
+    cpp_kernel,
+    cuda_kernel,
+)
 from kernelwright.scaffold.types import Probes, Segment, SegmentKind
 
 COMPILER = os.environ.get("CXX", "c++")
@@ -49,7 +57,7 @@ def _kernel(seg: Segment, target: str, region: str) -> str:
     return kernel.replace(indent + PLACEHOLDER, f"{indent}// REGION BEGIN\n{body}\n{indent}// REGION END")
 
 
-def _call(seg: Segment, count: int, cols: int) -> str:
+def _call(seg: Segment, target: str, count: int, cols: int) -> str:
     """The kernel call inside `main`: pointers to the probe arrays, broadcasting already applied."""
     args = []
     for a in seg.args:
@@ -58,6 +66,8 @@ def _call(seg: Segment, count: int, cols: int) -> str:
             args += ["1", str(count * cols)]  # values[(i / 1) % total] == values[i]
     args.append("kw_out")
     args += [str(count)] if seg.kind == SegmentKind.ELEMENTWISE else [str(count), str(cols)]
+    if target == "cuda" and seg.kind == SegmentKind.ROW:
+        args.append("1")  # rows staged in shared memory, as the skeleton launches them by default
     return ", ".join(args)
 
 
@@ -65,7 +75,8 @@ def _launch(seg: Segment, target: str, k: int, count: int) -> str:
     if target == "cpp":
         return f"        kw_body_{k}();\n"
     threads = ELEMENTWISE_THREADS if seg.kind == SegmentKind.ELEMENTWISE else ROW_THREADS
-    blocks = (count + threads - 1) // threads if seg.kind == SegmentKind.ELEMENTWISE else count
+    per_block = threads * VEC  # the elementwise kernel takes VEC elements per thread
+    blocks = (count + per_block - 1) // per_block if seg.kind == SegmentKind.ELEMENTWISE else count
     return f"        kw_launch({blocks}, {threads}, kw_body_{k});\n"
 
 
@@ -83,7 +94,7 @@ def translation_unit(seg: Segment, target: str, regions: list[str], count: int, 
         line += text.count("\n")
         parts.append(text)
     n_in = count * cols
-    call = _call(seg, count, cols)
+    call = _call(seg, target, count, cols)
     glue = [f"static float kw_buf[{len(seg.args)} * {n_in}];", f"static float kw_out[{max(out_len, 1)}];"]
     glue += [f"static const float* const kw_in_{a.name} = kw_buf + {i * n_in};" for i, a in enumerate(seg.args)]
     glue += [f"static void kw_body_{k}() {{ r{k}::kw_fused_kernel({call}); }}" for k in range(len(regions))]
@@ -124,7 +135,7 @@ _header_lock = threading.Lock()
 def _header(target: str) -> Path:
     """The standard headers and the CUDA shim, precompiled once per machine: parsing them is most
     of a compile (about 1 s of a 1.1 s compile without it)."""
-    text = COMMON + (CUDA_SHIM if target == "cuda" else "")
+    text = COMMON + (CUDA_SHIM + CUDA_IO if target == "cuda" else "")
     digest = hashlib.sha256((COMPILER + " ".join(FLAGS) + text).encode()).hexdigest()[:16]
     header = cache_dir() / f"kw-common-{digest}.h"
     gch = header.with_name(header.name + ".gch")

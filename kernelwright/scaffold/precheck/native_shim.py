@@ -55,6 +55,10 @@ CUDA_SHIM = r'''
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) float2 { float x, y; };
+// the block's dynamically sized shared memory: the probe rows are short
+#define KW_DYNAMIC_SHARED(name) static float name##_store[1 << 16]; float* name = name##_store
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
 thread_local dim3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
