@@ -183,6 +183,9 @@ class TimingStats(BaseModel):
     runnable_before: Optional[int] = None  # other runnable tasks on the machine (/proc/loadavg)
     runnable_after: Optional[int] = None
     floor_ms: Optional[float] = None  # (input + output bytes) / memory bandwidth: no real call is faster
+    # Median of the protocol's null calls (the same input and output copies and round trip to the
+    # reference's runner, no forward), timed in the same loop: what the protocol adds to every call.
+    protocol_ms: Optional[float] = None
 
 
 class Mismatch(BaseModel):
@@ -236,6 +239,11 @@ class EvalResult(Versioned):
     correct: bool = False
     custom_kernel: bool = False
     speedup: Optional[float] = None  # ref median / candidate median; null unless measured
+    # The same ratio net of the timing protocol's own cost per call (TimingStats.protocol_ms taken
+    # off both medians): what the forward alone gains. None where either side's forward is too small
+    # a part of its call to separate from the protocol (measure/timing.py net_ratio).
+    net_speedup: Optional[float] = None
+    net_speedup_vs_compile: Optional[float] = None  # against torch.compile(reference), likewise
     faster: bool = False  # speedup > 1 beyond noise (candidate p75 < reference p25)
     runtime_ms: Optional[float] = None
     ref_runtime_ms: Optional[float] = None

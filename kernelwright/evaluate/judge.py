@@ -286,7 +286,7 @@ class Judge:
         cand_served, ref_served = Served(self.cand, self.like), Served(ref, self.like)
         try:
             pair = self._ask(timing.time_served_pair, cand_served, ref_served, draw, check,
-                             self.device, cfg, self._bandwidth())
+                             self.device, cfg, self._bandwidth(), null=ref_served)
             fields = timing.pair_fields(pair, self.device.type == "cuda")
         except timing.TimedCallRejected as e:
             raise Finish("cheat", e.message, cheat_reasons=[e.reason]) from e
@@ -316,8 +316,9 @@ class Judge:
             reply = self._ask(ref.request, Compile())
             if not reply.ok:
                 raise Refused(reply)
+            eager = Served(ref, self.like)
             comp = self._ask(self.timing.time_served_pair, Served(ref, self.like, "compiled"),
-                             Served(ref, self.like), draw, check, self.device, cfg, threads=cand.threads).candidate
+                             eager, draw, check, self.device, cfg, threads=cand.threads, null=eager).candidate
         except (Refused, self.timing.TimedCallRejected) as e:
             text = (e.reply.error if isinstance(e, Refused) else e.message) or ""
             self.fields["compile_baseline_error"] = text.strip().splitlines()[0][:200] if text.strip() else "failed"
@@ -325,6 +326,9 @@ class Judge:
         self.fields["compile_timing"], self.fields["compile_runtime_ms"] = comp.model_dump(), comp.median_ms
         self.fields["faster_than_compile"] = bool(cand.median_ms < comp.median_ms
                                                   and self.timing.faster_beyond_noise(cand, comp))
+        # the same runner, bytes and copies as the pair's: its null calls' cost applies here too
+        self.fields["net_speedup_vs_compile"] = self.timing.net_ratio(comp.median_ms, cand.median_ms,
+                                                                      cand.protocol_ms)
 
     def _recheck(self) -> None:
         inputs = self._inputs(self.job.seed + 999_983)

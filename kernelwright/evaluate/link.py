@@ -96,7 +96,14 @@ class Compile(BaseModel):
     op: Literal["compile"] = "compile"
 
 
-Request = Union[Import, Init, SetArena, Call, Threads, Checks, Compile]
+class Echo(BaseModel):
+    """Answer at once, running nothing: the timing protocol's null call (timing.time_served_pair),
+    sent to the reference's runner only."""
+
+    op: Literal["echo"] = "echo"
+
+
+Request = Union[Import, Init, SetArena, Call, Threads, Checks, Compile, Echo]
 
 
 class RequestFrame(BaseModel):

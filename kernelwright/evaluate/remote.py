@@ -159,10 +159,13 @@ class RemoteRunner:
         return Staged(inputs=inputs, args=args, in_views=in_views, outputs=outputs, out_views=out_views)
 
     def run(self, staged: Staged, model: str = "main", probe: str = "none",
-            perturb: Optional[list[str]] = None, join_check: bool = False) -> tuple[list[Any], Reply]:
+            perturb: Optional[list[str]] = None, join_check: bool = False,
+            null: bool = False) -> tuple[list[Any], Reply]:
         """Write the inputs, call, and copy the outputs out: (outputs, reply). What the candidate
         returned when it did not fit the buffers comes back as placeholders that compare.py judges
-        like the real thing (count, shape, dtype, subclass). Raises Refused for an error reply."""
+        like the real thing (count, shape, dtype, subclass). Raises Refused for an error reply.
+        `null`: the same copies and round trip with no forward (link.Echo): what the protocol
+        itself costs a call of these bytes."""
         for view, x in zip(staged.in_views, staged.inputs):
             if view is not None:
                 view.copy_(x)
@@ -170,7 +173,8 @@ class RemoteRunner:
             # the runner's context does not wait on this process's stream: the inputs (and the
             # prefilled output buffers) must be in place before the request goes out
             torch.cuda.current_stream(self.device).synchronize()
-        reply = self.request(Call(model=model, args=staged.args, outputs=staged.outputs, probe=probe,
+        reply = self.request(link.Echo() if null else
+                             Call(model=model, args=staged.args, outputs=staged.outputs, probe=probe,
                                   perturb=perturb or [], join_check=join_check))
         if reply.ok:
             values = iter(reply.values)
@@ -288,6 +292,10 @@ class Served:
 
     def run(self, staged: Staged) -> list[Any]:
         return self.runner.run(staged, self.model)[0]
+
+    def run_null(self, staged: Staged) -> list[Any]:
+        """The call's copies and round trip, no forward (RemoteRunner.run's `null`)."""
+        return self.runner.run(staged, null=True)[0]
 
     def inputs_after(self, staged: Staged) -> list[Any]:
         return self.runner.inputs_after(staged)

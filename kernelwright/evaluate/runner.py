@@ -128,6 +128,11 @@ class Runner:
                          error="compile-only: the candidate builds no extension and defines no Triton kernel")
         return Reply(ok=True, builds=counter.builds, versions=versions)
 
+    def do_echo(self, req: Any, fds: list[int]) -> Any:
+        from kernelwright.evaluate.link import Reply
+
+        return Reply(ok=True)
+
     def do_init(self, req: Any, fds: list[int]) -> Any:
         from kernelwright.evaluate import candidate_load
         from kernelwright.evaluate.link import Reply

@@ -152,6 +152,22 @@ class PairTiming:
     reference: TimingStats
 
 
+# A side's forward must be at least this share of the protocol's own cost per call (and 1 us) for a
+# net ratio: below it the difference of two medians is mostly the protocol's noise.
+NET_MIN_SHARE = 0.05
+NET_MIN_MS = 0.001
+
+
+def net_ratio(base_ms: Optional[float], cand_ms: Optional[float], protocol_ms: Optional[float]) -> Optional[float]:
+    """base / candidate with the protocol's cost per call taken off both; None where it cannot be
+    separated (no null calls, or a forward too small beside the protocol)."""
+    if base_ms is None or cand_ms is None or protocol_ms is None:
+        return None
+    least = max(NET_MIN_MS, NET_MIN_SHARE * protocol_ms)
+    base, cand = base_ms - protocol_ms, cand_ms - protocol_ms
+    return base / cand if base >= least and cand >= least else None
+
+
 @dataclass(frozen=True)
 class MachineLoad:
     load: Optional[float]  # 1-minute load average
@@ -210,15 +226,18 @@ def _check_call(i: int, cfg: TimingConfig, inputs_unchanged: bool, problem: Opti
 
 def _pair_timing(samples_c: list[float], samples_r: list[float], clock: str, cfg: TimingConfig,
                  threads: Optional[int], before: MachineLoad, floor_bytes: int,
-                 bandwidth: Optional[float]) -> PairTiming:
+                 bandwidth: Optional[float], samples_null: Optional[list[float]] = None) -> PairTiming:
     after = machine_load()
     floor = floor_bytes / bandwidth * 1e3 if bandwidth else None
     conditions = dict(checked_calls=cfg.warmup + cfg.iters, threads=threads, load_before=before.load,
                       load_after=after.load, runnable_before=before.others_runnable,
-                      runnable_after=after.others_runnable, floor_ms=floor)
+                      runnable_after=after.others_runnable, floor_ms=floor,
+                      protocol_ms=statistics.median(samples_null) if samples_null else None)
     protocol = (f"{clock}, candidate and reference alternating, {cfg.warmup} warm-up, {cfg.iters} timed "
                 f"calls, {'cache flushed per call' if cfg.flush_cache else 'no cache flush'}, fresh inputs "
-                f"per call, every output checked" + (f", {threads} thread(s)" if threads else ""))
+                f"per call, every output checked" + (f", {threads} thread(s)" if threads else "")
+                + (", a null call (the same copies and round trip, no forward) after each pair"
+                   if samples_null else ""))
     return PairTiming(_stats(samples_c, protocol, **conditions), _stats(samples_r, protocol, **conditions))
 
 
@@ -245,6 +264,7 @@ def pair_fields(pair: PairTiming, cuda: bool) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "timing": cand.model_dump(), "ref_timing": ref.model_dump(), "runtime_ms": cand.median_ms,
         "ref_runtime_ms": ref.median_ms, "speedup": speedup,
+        "net_speedup": net_ratio(ref.median_ms, cand.median_ms, cand.protocol_ms),
         "faster": bool(speedup and speedup > 1 and faster_beyond_noise(cand, ref)),
         "flags": ["speedup_above_10x: review before trusting"] if speedup and speedup > 10 else []}
     return fields
@@ -264,7 +284,8 @@ def below_floor(cand: TimingStats, ref: TimingStats, margin: float = 0.5, min_fl
 
 def time_served_pair(candidate: Any, reference: Any, draw: Callable[[], list[Any]],
                      check: Callable[[Any, Any], Optional[str]], device: torch.device, cfg: TimingConfig,
-                     bandwidth: Optional[float] = None, threads: Optional[int] = None) -> PairTiming:
+                     bandwidth: Optional[float] = None, threads: Optional[int] = None,
+                     null: Optional[Any] = None) -> PairTiming:
     """time_pair's protocol for models served by runner processes (remote.Served): the judge's
     clock, the judge's cache flush, the judge's draws and checks; the runners only compute.
 
@@ -272,7 +293,13 @@ def time_served_pair(candidate: Any, reference: Any, draw: Callable[[], list[Any
     output buffers pre-filled with NaN), flush. Inside: write the inputs into the arena, request,
     reply, copy the outputs out. So a call's inputs are nowhere the runner can read before the
     clock starts, and every output byte checked was in place before it stopped. Both runners pay
-    the same copies and round trip, which dilutes a speedup towards 1, never away from it.
+    the same copies and round trip, which dilutes a speedup towards 1, never away from it: on a
+    memory-bound task the copies are several times the kernel (docs/results/skeleton-speed-h200.md).
+
+    `null` (a trusted runner: the reference's) adds a third timed call per round with the same
+    copies and round trip and no forward (link.Echo), after the pair; its median is the protocol's
+    cost per call (TimingStats.protocol_ms), from which pair_fields states a net ratio beside the
+    gross one. The verdict (`faster`) stays on the gross times.
     """
     from kernelwright.measure.compare import identical
 
@@ -282,14 +309,15 @@ def time_served_pair(candidate: Any, reference: Any, draw: Callable[[], list[Any
     threads = (threads or free_cpu_threads(before)) if not cuda else None
     samples_c: list[float] = []
     samples_r: list[float] = []
+    samples_n: list[float] = []
     floor_bytes = 0
 
-    def timed(served: Any, staged: Any) -> tuple[Any, float]:
+    def timed(served: Any, staged: Any, run_null: bool = False) -> tuple[Any, float]:
         flush()
         if cuda:
             _synchronize()
         t0 = _perf_counter()
-        out = served.run(staged)
+        out = served.run_null(staged) if run_null else served.run(staged)
         if cuda:
             _synchronize()  # the judge's copies of the outputs are done
         return out, (_perf_counter() - t0) * 1e3
@@ -316,10 +344,14 @@ def time_served_pair(candidate: Any, reference: Any, draw: Callable[[], list[Any
                 same = identical(candidate.inputs_after(staged_c), reference.inputs_after(staged_r))
                 _check_call(i, cfg, same, check(out_r, out_c))
                 floor_bytes = _tensor_bytes(inputs) + _tensor_bytes(out_r)
+                if null is not None:  # after the checks: it writes the reference's inputs again
+                    _, ms_n = timed(null, staged_r, run_null=True)
+                    if i >= cfg.warmup:
+                        samples_n.append(ms_n)
         finally:
             if threads is not None:
                 candidate.threads(None)
                 reference.threads(None)
     clock = (f"{'wall-clock+device-sync' if cuda else 'wall-clock'} in the judge around each runner's request "
              "and reply (inputs copied in, outputs copied out)")
-    return _pair_timing(samples_c, samples_r, clock, cfg, threads, before, floor_bytes, bandwidth)
+    return _pair_timing(samples_c, samples_r, clock, cfg, threads, before, floor_bytes, bandwidth, samples_n)

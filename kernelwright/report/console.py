@@ -32,6 +32,11 @@ def print_result(console: Console, r: EvalResult) -> None:
         facts.add_row("runtime", f"{r.runtime_ms:.4f} ms (IQR {r.timing.p25_ms:.4f}-{r.timing.p75_ms:.4f})")
         facts.add_row("reference", f"{r.ref_runtime_ms:.4f} ms (IQR {r.ref_timing.p25_ms:.4f}-{r.ref_timing.p75_ms:.4f})")
         facts.add_row("speedup", f"{r.speedup:.3f}x  ({'faster beyond noise' if r.faster else 'not faster beyond noise'})")
+        if r.net_speedup is not None:
+            facts.add_row("net of the protocol", f"{r.net_speedup:.3f}x"
+                          + (f", {r.net_speedup_vs_compile:.3f}x torch.compile" if r.net_speedup_vs_compile else "")
+                          + f" (the protocol's copies and round trip, {r.timing.protocol_ms:.4f} ms a call, "
+                            "off both sides)")
         facts.add_row("timing protocol", r.timing.protocol)
     if r.flags:
         facts.add_row("flags", "; ".join(r.flags))

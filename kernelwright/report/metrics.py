@@ -16,6 +16,7 @@ and counts as a failure: nothing is dropped to make a rate look better.
 from __future__ import annotations
 
 import math
+import statistics
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -96,6 +97,18 @@ class GroupStats:
     fast_vs_compile: int = 0
     uncompiled_custom_correct: int = 0  # correct picks without a torch.compile timing
     speedups: list[float] = field(default_factory=list)
+    # share of one forward's time inside custom code, per correct-with-custom pick that measured it
+    shares: list[float] = field(default_factory=list)
+
+    @property
+    def custom_majority(self) -> int:
+        """Correct picks with a custom kernel that does most of the work (a share above one half):
+        a fused ReLU after a network of library convolutions counts plainly, not here."""
+        return sum(1 for x in self.shares if x > 0.5)
+
+    @property
+    def median_share(self) -> float | None:
+        return statistics.median(self.shares) if self.shares else None
 
     def pct(self, k: int) -> float | None:
         return 100.0 * k / self.cells if self.cells else None
@@ -129,6 +142,8 @@ def stats(group: str, scored: list[Scored]) -> GroupStats:
         fast_vs_compile=sum(s.fast_vs_compile for s in scored),
         uncompiled_custom_correct=sum(s.custom_correct and not s.compile_timed for s in scored),
         speedups=[s.result.speedup for s in scored if s.custom_correct and s.timed],  # type: ignore[union-attr,misc]
+        shares=[s.result.custom_share for s in scored  # type: ignore[union-attr,misc]
+                if s.custom_correct and s.result.custom_share is not None],  # type: ignore[union-attr]
     )  # fmt: skip
 
 

@@ -69,6 +69,12 @@ def _note(r: EvalResult) -> str:
     return ""
 
 
+def _net(r: EvalResult) -> str:
+    if r.net_speedup is None:
+        return "n/a (not timed, or the forwards too small beside the protocol to separate)"
+    return f"{r.net_speedup:.3g}x (the protocol's {r.timing.protocol_ms:.4g} ms a call off both sides)"
+
+
 def tables(o: Outcome, attempts: list[Attempt], kept: Optional[Attempt]) -> list[Table]:
     b, r = o.baseline, (kept.eval if kept is not None else None)
     if b.compiled is not None:
@@ -85,7 +91,8 @@ def tables(o: Outcome, attempts: list[Attempt], kept: Optional[Attempt]) -> list
                  ["speedup vs eager", "n/a (not timed)" if r.speedup is None else
                   f"{r.speedup:.3g}x ({'faster beyond noise' if r.faster else 'not faster beyond noise'})"],
                  ["speedup vs torch.compile", ratio(o.speedup_vs_compile) if o.speedup_vs_compile is not None
-                  else "n/a (torch.compile or the candidate not timed)"]]
+                  else "n/a (torch.compile or the candidate not timed)"],
+                 ["net of the timing protocol, vs eager", _net(r)]]
     floor = "n/a" if o.roofline_floor_ms is None else f"{o.roofline_floor_ms:.4g} ms"
     frac = "n/a" if o.fraction_of_floor is None else f"{o.fraction_of_floor:.3g} of the floor (1.0 = at the roofline)"
     if o.fraction_of_floor is not None and o.fraction_of_floor > 1:
@@ -100,6 +107,10 @@ def tables(o: Outcome, attempts: list[Attempt], kept: Optional[Attempt]) -> list
              "eager): two paired ratios, so load on a shared machine between the two processes cancels."]
     if protocol:
         notes.append(f"Timing protocol: {protocol}.")
+    notes.append("Net of the timing protocol: each timed call includes copying its inputs in and its outputs out "
+                 "of the runner's memory and the round trip to it; the evaluator times the same copies and round "
+                 "trip with no forward in the same loop and takes their median off both sides. It is what the "
+                 "forwards alone compare as; the verdict (faster or not) stays on the whole calls.")
     times = Table("times", "Times", ["what", "time"], rows, notes=notes)
 
     rounds = _round_of(attempts)

@@ -78,8 +78,9 @@ def table_i(scored: list[Scored]) -> Table:
     for group, items in metrics.groups(scored).items():
         st = metrics.stats(group, items)
         rows.append([group, str(st.cells), pct(st.pct(st.compiled)), pct(st.pct(st.correct)),
-                     pct(st.pct(st.custom_correct)), pct(st.fast_pct), pct(st.fast_vs_compile_pct),
-                     ratio(st.geomean) + (f" (n={len(st.speedups)})" if st.speedups else "")])
+                     pct(st.pct(st.custom_correct)), _majority(st), pct(st.fast_pct), pct(st.fast_vs_compile_pct),
+                     ratio(st.geomean) + (f" (n={len(st.speedups)})" if st.speedups else ""),
+                     "-" if st.median_share is None else f"{100 * st.median_share:.0f}% (n={len(st.shares)})"])
     notes = [
         ("Rates are over cells (regime x task x seed), each scored by its pick (the ranking key's choice); a failed "
          "cell stays in the denominator as a failure."),
@@ -89,11 +90,21 @@ def table_i(scored: list[Scored]) -> Table:
          "(`study run --compile-baseline`); n/a where a correct pick carries no torch.compile timing (run without "
          "that flag, or torch.compile failed on the machine: the record says why)."),
         "Geomean speedup: over picks that are correct with a custom kernel and were timed (n = how many).",
+        ("Share of work: the time of one forward spent inside custom code (the evaluator's work probe, outside the "
+         "timing loop), over the correct-with-custom picks that measured it. 'custom > 1/2' counts the picks whose "
+         "custom code takes more than half of that time: a fused ReLU after a network of library convolutions is "
+         "correct with a custom kernel, not this; n/a where such a pick has no measured share."),
         *_protocol_notes(scored),
     ]
     return Table("table1", "Table I: outcomes per regime",
-                 ["regime", "cells", "compile", "correct", "correct (custom kernel)", "fast_1",
-                  "fast_1 vs torch.compile", "geomean speedup (correct)"], rows, notes)
+                 ["regime", "cells", "compile", "correct", "correct (custom kernel)", "correct (custom > 1/2)",
+                  "fast_1", "fast_1 vs torch.compile", "geomean speedup (correct)", "median share in custom code"],
+                 rows, notes)
+
+
+def _majority(st: metrics.GroupStats) -> str:
+    """n/a where a correct-with-custom pick has no measured share (as fast_1 is where one is untimed)."""
+    return pct(None if st.custom_correct > len(st.shares) else st.pct(st.custom_majority))
 
 
 # -- Table II --------------------------------------------------------------------------------------

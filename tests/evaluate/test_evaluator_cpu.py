@@ -73,6 +73,10 @@ def test_correct_record_is_complete(bias_relu, fast_cfg):
     assert r.custom_calls.get("kw_fixture_bias_relu.bias_relu", 0) >= 3
     assert r.speedup is not None and r.runtime_ms > 0 and r.ref_runtime_ms > 0
     assert r.timing.calls == 20 and r.ref_timing.calls == 20
+    # the protocol's null calls were timed in the same loop: their cost is on both records
+    assert r.timing.protocol_ms is not None and r.timing.protocol_ms == r.ref_timing.protocol_ms > 0
+    assert "null call" in r.timing.protocol
+    assert r.net_speedup is None or r.net_speedup > 0
     assert r.tolerance.atol == 1e-4 and r.tolerance.rtol == 1e-4 and r.tolerance.dtype == "float32"
     # shared_build: the trusted builder (or the shared cache) served its literal load_inline call
     assert [s.name for s in r.stages] == ["shared_build", "setup", "load_reference", "compile", "init", "correctness",

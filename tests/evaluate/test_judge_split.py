@@ -107,6 +107,26 @@ def test_a_runner_serves_calls_through_its_arena(reference_runner):
         assert torch.equal(served.inputs_after(staged)[0], x)
 
 
+def test_a_null_call_pays_the_copies_and_runs_nothing(reference_runner):
+    """The timing protocol's null call: the inputs are written into the arena and the outputs copied
+    out as in a real call, but no forward runs, so the pre-filled output buffers come back unwritten."""
+    served = Served(reference_runner, like=[torch.empty(64, 256)])
+    x = torch.randn(64, 256)
+    staged = served.stage([x])
+    out = served.run_null(staged)
+    assert torch.isnan(out[0]).all()
+    assert torch.equal(served.inputs_after(staged)[0], x)
+    assert not torch.isnan(served.run(staged)[0]).any()  # the runner still serves real calls
+
+
+def test_a_net_ratio_needs_a_forward_that_stands_out_from_the_protocol():
+    from kernelwright.measure.timing import net_ratio
+
+    assert net_ratio(3.0, 2.0, 1.0) == 2.0  # 2 ms of forward against 1 ms
+    assert net_ratio(3.0, 1.01, 1.0) is None  # 0.01 ms of forward beside 1 ms of protocol: noise
+    assert net_ratio(3.0, 2.0, None) is None and net_ratio(None, 2.0, 1.0) is None
+
+
 def test_an_output_that_does_not_fit_comes_back_as_a_placeholder(reference_runner):
     from kernelwright.measure.compare import compare, tolerance_for
 

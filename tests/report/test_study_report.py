@@ -153,7 +153,9 @@ def test_table_v_counts_the_funnel_from_samples_to_verified_kernels():
     for i, (r, note) in enumerate([(refuted, {"duplicate_of": None, "built": False, "precheck": checked}),
                                    (refuted, {"duplicate_of": 0, "built": False}),
                                    (good, {"duplicate_of": None, "built": True, "precheck": checked}),
-                                   (unbuilt, {"duplicate_of": None, "built": False, "precheck": checked})]):
+                                   (unbuilt, {"duplicate_of": None, "built": False, "precheck": checked}),
+                                   # a launch variant of the verified kernel: a timing, not a sample
+                                   (good, {"tune": {"threads": 512}, "of": "t0/s2"})]):
         a = attempt(key, "r1", 0, i, r)
         a.notes = {"search": note}
         a.usage, a.wall_s = Usage(completion_tokens=100), 10.0
@@ -164,5 +166,30 @@ def test_table_v_counts_the_funnel_from_samples_to_verified_kernels():
                              attempts=[other])]
     rows = {r[0]: r[1:] for r in tables.table_v(scored).rows}
     # samples, distinct, pre-checked, refuted, built, verified, tokens / verified, wall / verified
-    assert rows["search"] == ["4", "3", "3", "1", "1", "1", "400", "40 s"]
+    assert rows["search"] == ["4", "3", "3", "1", "1", "1", "400", "40 s"]  # the variant is not in it
     assert rows["zero_shot"] == ["1", "1", "0", "0", "0", "0", "-", "-"]
+
+
+def test_table_i_counts_the_share_of_work_in_custom_code():
+    """Correct with a custom kernel is counted plainly and again where the custom code does most of
+    the work (the evaluator's measured share above one half); the median share is over the picks
+    that measured one."""
+    def row(shares):
+        picks = []
+        for i, share in enumerate(shares):
+            r = result(Verdict.CORRECT, speedup=1.1)
+            r.custom_share = share
+            a = attempt(f"h/search/builtin/L1/0{i}_x", "r1", 0, 0, r)
+            picks.append(metrics.Scored(cell=cell(a.cell_key, "r1", [a], a), group="search", pick=a, attempts=[a]))
+        wrong = attempt("h/search/builtin/L1/09_x", "r1", 0, 0, result(Verdict.WRONG_OUTPUT))
+        picks.append(metrics.Scored(cell=cell(wrong.cell_key, "r1", [wrong], wrong), group="search", pick=wrong,
+                                    attempts=[wrong]))
+        table = tables.table_i(picks)
+        return dict(zip(table.header, table.rows[0]))
+
+    measured = row([0.01, 0.9, 0.7])
+    assert measured["correct (custom kernel)"] == "75.0%" and measured["correct (custom > 1/2)"] == "50.0%"
+    assert measured["median share in custom code"] == "70% (n=3)"
+    # a correct custom pick without a measured share: the count cannot be stated
+    unmeasured = row([0.9, None])
+    assert unmeasured["correct (custom > 1/2)"] == "n/a" and unmeasured["median share in custom code"] == "90% (n=1)"
