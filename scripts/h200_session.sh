@@ -1,7 +1,9 @@
 # The H200 runs of docs/results/*-h200*.md, as run through the device tool (see scripts/device_env.sh).
 # Usage on the device, from the checkout: `bash scripts/h200_session.sh chunk|place|check|skel|search|side|start|copy|pool|simple K/N|gputests FILES|poll S|collect`.
 # Long jobs run detached from a copy (/tmp/kwb) so that a later call's fresh checkout cannot change
-# them; each writes its log under /tmp/kwout.
+# them; each writes its log under /tmp/kwout. Detached means `setsid nohup`: a job left in the call's
+# process group dies with the call. And the machine is given back 30 s after a call ends: while a
+# job runs, keep a call in flight (`poll S`), never think between calls (2026-12-02: two studies lost).
 set -u
 source scripts/device_env.sh
 MODEL=/tmp/kwcache/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf

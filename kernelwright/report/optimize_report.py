@@ -92,7 +92,9 @@ def tables(o: Outcome, attempts: list[Attempt], kept: Optional[Attempt]) -> list
                   f"{r.speedup:.3g}x ({'faster beyond noise' if r.faster else 'not faster beyond noise'})"],
                  ["speedup vs torch.compile", ratio(o.speedup_vs_compile) if o.speedup_vs_compile is not None
                   else "n/a (torch.compile or the candidate not timed)"],
-                 ["net of the timing protocol, vs eager", _net(r)]]
+                 ["net of the timing protocol, vs eager", _net(r)],
+                 ["time in custom code", "n/a (not measured)" if r.custom_share is None else
+                  f"{100 * r.custom_share:.0f}% of one forward (the evaluator's work probe)"]]
     floor = "n/a" if o.roofline_floor_ms is None else f"{o.roofline_floor_ms:.4g} ms"
     frac = "n/a" if o.fraction_of_floor is None else f"{o.fraction_of_floor:.3g} of the floor (1.0 = at the roofline)"
     if o.fraction_of_floor is not None and o.fraction_of_floor > 1:

@@ -431,32 +431,32 @@ def cuda_kernel(seg: Segment) -> tuple[str, str, str]:
         indent = " " * 12
         same = [a for a in seg.args if a.pattern == "same"]
         loads = "".join(f"        float kw_lane_{a.name}[{VEC}];\n"
-                        f"        kw_load4({a.name}_ptr, base, n, kw_lane_{a.name});\n" for a in same)
+                        f"        kw_load4({a.name}_ptr, kw_base, n, kw_lane_{a.name});\n" for a in same)
         lane = "".join(f"            const float {a.name} = kw_lane_{a.name}[kw_k];\n" if a.pattern == "same" else
                        f"            const float {a.name} = static_cast<float>({a.name}_ptr[{_c_index(a, 'i')}]);\n"
                        for a in seg.args)
         kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t n) {{\n"
-                  f"    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * {VEC};\n"
-                  f"    for (int64_t base = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * {VEC};"
-                  " base < n; base += stride) {\n"
+                  f"    const int64_t kw_stride = static_cast<int64_t>(gridDim.x) * blockDim.x * {VEC};\n"
+                  f"    for (int64_t kw_base = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * {VEC};"
+                  " kw_base < n; kw_base += kw_stride) {\n"
                   f"{loads}"
                   f"        float kw_res[{VEC}];\n"
                   "#pragma unroll\n"
                   f"        for (int kw_k = 0; kw_k < {VEC}; ++kw_k) {{\n"
-                  "            const int64_t i = base + kw_k;  // this element's index\n"
+                  "            const int64_t i = kw_base + kw_k;  // this element's index\n"
                   f"{lane}"
                   "            float y = x;\n"
                   f"{indent}{PLACEHOLDER}\n"
                   "            kw_res[kw_k] = y;\n"
                   "        }\n"
-                  "        kw_store4(out_ptr, base, n, kw_res);\n"
+                  "        kw_store4(out_ptr, kw_base, n, kw_res);\n"
                   "    }\n}\n")
         return kernel, indent, ""
     indent = "    "
     staged = _staged(seg)
     stage = "".join(f"        kw_stage_row({a.name}_ptr + row * cols, kw_stage + {k} * cols, cols);\n"
                     for k, a in enumerate(staged))
-    rows = "".join(f"    const float* kw_row_{a.name} = stage ? kw_stage + {k} * cols : nullptr;\n"
+    rows = "".join(f"    const float* kw_row_{a.name} = kw_staged ? kw_stage + {k} * cols : nullptr;\n"
                    for k, a in enumerate(staged))
     loads = "".join(
         f"    auto {a.name} = [&](int64_t j) -> float {{ return kw_row_{a.name} ? kw_row_{a.name}[j] : "
@@ -465,11 +465,11 @@ def cuda_kernel(seg: Segment) -> tuple[str, str, str]:
         f"{a.name}_ptr[{_c_index(a, 'row * cols + j')}]); }};\n" for a in seg.args)
     # one value per row: a float the region assigns (an index into the output could run past it)
     y_decl, y_store = _row_output(seg, indent, "if (threadIdx.x == 0) ")
-    kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t rows, int64_t cols, int stage) {{\n"
+    kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t rows, int64_t cols, int kw_staged) {{\n"
               "    KW_DYNAMIC_SHARED(kw_stage);\n"
               "    const int64_t row = blockIdx.x;\n"
               "    if (row >= rows) return;\n"
-              "    if (stage) {\n"
+              "    if (kw_staged) {\n"
               f"{stage}"
               "        __syncthreads();\n"
               "    }\n"
