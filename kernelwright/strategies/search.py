@@ -32,10 +32,9 @@ sampled under the grammar (`constrained`: the backend says, per answer).
 
 Ablations, each part switched off on its own so a study shows what it buys: +no_precheck (build
 every distinct sample, in sampling order), +no_repair (every turn samples the base prompt again,
-with a new seed), +no_shared_build (each survivor its own extension), +no_tune (no launch
-variants after a verified kernel), +grammar (answers
-constrained to the region's language: off by default, it bought no pre-check passes for 2.4x the
-generation time, docs/results/grammar-yield.md), +n=K.
+with a new seed), +no_shared_build (each survivor its own extension), +no_tune (no launch variants
+after a verified kernel), +grammar (answers constrained to the region's language: off by default,
+it bought no pre-check passes for 2.4x the generation time, docs/results/grammar-yield.md), +n=K.
 A task without a scaffold gets whole programs: n a turn, every one built (nothing to pre-check).
 """
 
