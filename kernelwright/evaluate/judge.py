@@ -326,9 +326,9 @@ class Judge:
         self.fields["compile_timing"], self.fields["compile_runtime_ms"] = comp.model_dump(), comp.median_ms
         self.fields["faster_than_compile"] = bool(cand.median_ms < comp.median_ms
                                                   and self.timing.faster_beyond_noise(cand, comp))
-        # the same runner, bytes and copies as the pair's: its null calls' cost applies here too
+        # each side net of the null calls of its own loop (the compile loop times them like the pair's)
         self.fields["net_speedup_vs_compile"] = self.timing.net_ratio(comp.median_ms, cand.median_ms,
-                                                                      cand.protocol_ms)
+                                                                      cand.protocol_ms, comp.protocol_ms)
 
     def _recheck(self) -> None:
         inputs = self._inputs(self.job.seed + 999_983)

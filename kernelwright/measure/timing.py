@@ -158,13 +158,16 @@ NET_MIN_SHARE = 0.05
 NET_MIN_MS = 0.001
 
 
-def net_ratio(base_ms: Optional[float], cand_ms: Optional[float], protocol_ms: Optional[float]) -> Optional[float]:
+def net_ratio(base_ms: Optional[float], cand_ms: Optional[float], protocol_ms: Optional[float],
+              base_protocol_ms: Optional[float] = None) -> Optional[float]:
     """base / candidate with the protocol's cost per call taken off both; None where it cannot be
-    separated (no null calls, or a forward too small beside the protocol)."""
+    separated (no null calls, or a forward too small beside the protocol). `base_protocol_ms`: the
+    base's own, where it was timed in another loop (torch.compile's); else the two share one."""
+    base_protocol_ms = protocol_ms if base_protocol_ms is None else base_protocol_ms
     if base_ms is None or cand_ms is None or protocol_ms is None:
         return None
-    least = max(NET_MIN_MS, NET_MIN_SHARE * protocol_ms)
-    base, cand = base_ms - protocol_ms, cand_ms - protocol_ms
+    base, cand = base_ms - base_protocol_ms, cand_ms - protocol_ms
+    least = max(NET_MIN_MS, NET_MIN_SHARE * max(protocol_ms, base_protocol_ms))
     return base / cand if base >= least and cand >= least else None
 
 

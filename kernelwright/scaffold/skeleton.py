@@ -561,10 +561,11 @@ def _load_inline_scaffold(plan: ScaffoldPlan, seg: Segment, target: str, kernel_
                           indent: str) -> Scaffold:
     """The Python around a load_inline extension (CUDA and CPU C++ alike): imports, the wrapper
     that shapes inputs and output, ModelNew."""
-    knobs = [f'KW_LAUNCH["{k}"]' for k in default_launch(seg, target)]
+    launch = default_launch(seg, target)
+    knobs = [f'KW_LAUNCH["{k}"]' for k in launch]
     call = f"kw_ext.kw_fused_impl({', '.join(['x'] + _ext_args(seg) + knobs)})"
-    if knobs:
-        kernel_part += f"\n{launch_line(default_launch(seg, target))}\n"
+    if launch:
+        kernel_part += f"\n{launch_line(launch)}\n"
     header = "import math\n\nimport torch\nfrom torch.utils.cpp_extension import load_inline\n"
     program = _assemble_program(plan, header, kernel_part, _wrapper(seg, call))
     default = ("// (empty: y stays x)" if seg.kind == SegmentKind.ELEMENTWISE else

@@ -125,6 +125,7 @@ def test_a_net_ratio_needs_a_forward_that_stands_out_from_the_protocol():
     assert net_ratio(3.0, 2.0, 1.0) == 2.0  # 2 ms of forward against 1 ms
     assert net_ratio(3.0, 1.01, 1.0) is None  # 0.01 ms of forward beside 1 ms of protocol: noise
     assert net_ratio(3.0, 2.0, None) is None and net_ratio(None, 2.0, 1.0) is None
+    assert net_ratio(3.5, 2.0, 1.0, base_protocol_ms=1.5) == 2.0  # each side net of its own loop's
 
 
 def test_an_output_that_does_not_fit_comes_back_as_a_placeholder(reference_runner):
