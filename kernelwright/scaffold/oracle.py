@@ -244,7 +244,10 @@ def region(scaffold: Scaffold, wrong: bool = False) -> str:
     env: dict[str, Any] = {"torch": torch_ns, "self": _Self(em, seg.module_notes)}
     for a in seg.args:
         env[a.name] = em.arg(a.name)
-    exec("\n".join(seg.torch_lines), env)  # noqa: S102 -- our own generated lines, on symbols
+    # a GEMM segment's first lines are the GEMM itself: the skeleton's K loop computes them, and the
+    # region starts from their result (the main input)
+    lines = seg.torch_lines[seg.gemm.lines:] if seg.kind == SegmentKind.GEMM and seg.gemm is not None else seg.torch_lines
+    exec("\n".join(lines), env)  # noqa: S102 -- our own generated lines, on symbols
     return em.finish(env["y"], wrong)
 
 

@@ -71,20 +71,32 @@ def plan(task_id: str, module: Any, model: nn.Module, inputs: Sequence[Any], sou
         return _none(task_id, f"forward does not trace with torch.fx ({type(e).__name__}: {first}); "
                               "the model writes the whole program")
     values = _run_keeping_values(gm, inputs)
+    result, covered = _plan_segment(task_id, module, model, gm, graph, values, source)
+    # The GEMM alternative (Triton's skeleton takes the GEMM into the kernel): planned on its own
+    # trace, as _rewrite has changed this one; a failure there leaves today's plan as it is.
+    from kernelwright.scaffold.gemm_plan import plan_gemm
+
+    result.gemm = plan_gemm(task_id, module, model, inputs, values, source, covered)
+    return result
+
+
+def _plan_segment(task_id: str, module: Any, model: nn.Module, gm: fx.GraphModule, graph: OpGraph,
+                  values: dict[str, Any], source: str) -> tuple[ScaffoldPlan, set[str]]:
+    """The plan of the best segment, and the fx nodes that segment covers (none without one)."""
     found = _best_segment(model, gm, graph, values)
     if isinstance(found, str):
-        return _none(task_id, found)
+        return _none(task_id, found), set()
     seg, chosen = found
     try:
         prelude, model_new = _rewrite(gm, model, seg, chosen, source, module.__name__)
     except _Unsupported as e:
-        return _none(task_id, f"cannot print the rewritten forward: {e}; the model writes the whole program")
+        return _none(task_id, f"cannot print the rewritten forward: {e}; the model writes the whole program"), set()
     probes = _probes(gm, seg, chosen)
     what = " -> ".join(seg.targets)
     where = (f"one row of {seg.cols} values per program ({seg.rows} rows)" if seg.kind == SegmentKind.ROW
              else f"{math.prod(seg.out_shape)} elements")
     return ScaffoldPlan(task_id=task_id, available=True, reason=f"{seg.kind.value} kernel for {what} over {where}",
-                        segment=seg, prelude=prelude, model_new=model_new, probes=probes)
+                        segment=seg, prelude=prelude, model_new=model_new, probes=probes), set(seg.nodes)
 
 
 def _probes(gm: fx.GraphModule, seg: Segment, cand: "_Candidate") -> Optional[Probes]:
@@ -186,7 +198,9 @@ def _components(order: list[fx.Node]) -> list[list[fx.Node]]:
 
 
 def _segment(model: nn.Module, gm: fx.GraphModule, cand: _Candidate, info: dict[str, OpNode],
-             values: dict[str, Any]) -> Segment | str:
+             values: dict[str, Any], main_origin: Optional[str] = None) -> Segment | str:
+    """The run as a segment, or why not. ``main_origin``: the value that must be its main input
+    (a GEMM's output, for the epilogue of a `gemm` segment); else the largest tensor it reads."""
     if len(cand.outs) != 1:
         return f"{len(cand.outs)} values leave the run"
     out_node = cand.outs[0]
@@ -214,7 +228,12 @@ def _segment(model: nn.Module, gm: fx.GraphModule, cand: _Candidate, info: dict[
     for o, v, _ in tensors:
         if v.dtype not in FLOAT_DTYPES:
             return f"{o} has dtype {v.dtype}"
-    main_i = max(range(len(tensors)), key=lambda i: (tensors[i][1].numel(), tensors[i][2] is not None, -i))
+    if main_origin is not None:
+        if main_origin not in [o for o, _, _ in tensors]:
+            return f"the run does not read {main_origin}"
+        main_i = [o for o, _, _ in tensors].index(main_origin)
+    else:
+        main_i = max(range(len(tensors)), key=lambda i: (tensors[i][1].numel(), tensors[i][2] is not None, -i))
     main = tensors[main_i][1]
     for o, v, _ in tensors:
         try:
@@ -416,25 +435,26 @@ def _torch_lines(gm: fx.GraphModule, cand: _Candidate, out_node: fx.Node,
 # ---- ModelNew ------------------------------------------------------------------------------------
 
 def _rewrite(gm: fx.GraphModule, model: nn.Module, seg: Segment, cand: _Candidate, source: str,
-             module_name: str) -> tuple[str, str]:
+             module_name: str, call: Optional[list[str]] = None) -> tuple[str, str]:
+    """(prelude, ModelNew) with ``cand`` replaced by `kw_fused(...)` on the values ``call`` names
+    (fx node names or parameter paths); by default the segment's args, the main input first."""
     g = gm.graph
     by_name = {n.name: n for n in g.nodes}
     last = cand.nodes[-1]
     out_node = cand.outs[0]
-    arg_nodes: list[fx.Node] = []
+    ordered: list[fx.Node] = []
     cursor = last
-    for a in seg.args:
-        if a.origin in by_name and by_name[a.origin].name not in cand.names:
-            arg_nodes.append(by_name[a.origin])
+    # seg.args has the main input first (sorted in _segment): the call's order
+    for origin in call if call is not None else [a.origin for a in seg.args]:
+        if origin in by_name and by_name[origin].name not in cand.names:
+            ordered.append(by_name[origin])
             continue
-        node = next((n for n in g.nodes if n.op == "get_attr" and n.target == a.origin), None)
+        node = next((n for n in g.nodes if n.op == "get_attr" and n.target == origin), None)
         if node is None:
             with g.inserting_after(cursor):
-                node = g.get_attr(a.origin)
+                node = g.get_attr(origin)
             cursor = node
-        arg_nodes.append(node)
-    main_i = next(i for i, a in enumerate(seg.args) if a.main)
-    ordered = [arg_nodes[main_i]] + [n for i, n in enumerate(arg_nodes) if i != main_i]
+        ordered.append(node)
     with g.inserting_after(cursor):
         fused = g.create_node("call_function", _FUSED, tuple(ordered), name="fused")
     out_node.replace_all_uses_with(fused)

@@ -80,9 +80,14 @@ def _kw_bcast(t, shape):
 
 
 def write(plan: ScaffoldPlan, target: str) -> Scaffold:
+    plan = plan.for_target(target)  # Triton takes a GEMM into the kernel where the planner found one
     if not plan.available or plan.segment is None:
         return Scaffold(task_id=plan.task_id, target=target, available=False, reason=plan.reason)
     seg = plan.segment
+    if seg.kind == SegmentKind.GEMM:
+        from kernelwright.scaffold.gemm_skeleton import write_triton_gemm
+
+        return write_triton_gemm(plan, seg)
     writer = {"cuda": _cuda, "cpp": _cpp, "triton": _triton}[target]
     return writer(plan, seg)
 
@@ -108,6 +113,8 @@ def default_launch(seg: Segment, target: str) -> dict[str, int]:
             return {"threads": ELEMENTWISE_THREADS}
         return {"threads": min(1024, max(128, _pow2_at_least(max(1, seg.cols) // 8))), "stage": 1}
     if target == "triton":
+        if seg.kind == SegmentKind.GEMM:
+            return {}  # the kernel's @triton.autotune config list picks tiles, stages and warps (gemm_skeleton.py)
         if seg.kind == SegmentKind.ELEMENTWISE:
             return {"block": TRITON_BLOCK, "warps": 4}
         return {"warps": 0}  # 0: chosen from the row's block at call time (4, 8 or 16)
@@ -119,6 +126,8 @@ def launch_variants(seg: Segment, target: str) -> list[dict[str, int]]:
     if target == "cuda":
         grid = ([{"threads": t} for t in (128, 512)] if seg.kind == SegmentKind.ELEMENTWISE else
                 [{"threads": t, "stage": st} for st in (1, 0) for t in (256, 512, 1024)])
+    elif target == "triton" and seg.kind == SegmentKind.GEMM:
+        grid = []  # autotuned in the kernel: a variant here would be an evaluation per tile shape
     elif target == "triton":
         grid = ([{"block": b, "warps": w} for b in (1024, 2048, 4096) for w in (4, 8)]
                 if seg.kind == SegmentKind.ELEMENTWISE else [{"warps": w} for w in (4, 8, 16)])
@@ -145,7 +154,9 @@ def _ext_name(plan: ScaffoldPlan, target: str) -> str:
     slug = "".join(ch if ch.isalnum() else "_" for ch in plan.task_id.split("/")[-1])[:40]
     # the probes are the pre-check's, not the program's: leaving them out keeps names (and so the
     # prompts of recorded runs) what they were
-    digest = hashlib.sha256((plan.model_dump_json(exclude={"probes"}) + target).encode()).hexdigest()[:8]
+    # (nor the GEMM alternative, which these targets never use: the names stay what they were before it)
+    dump = plan.model_dump_json(exclude={"probes": True, "gemm": True, "segment": {"gemm"}})
+    digest = hashlib.sha256((dump + target).encode()).hexdigest()[:8]
     return f"kw_{slug}_{target}_{digest}"
 
 
@@ -611,7 +622,7 @@ def triton_kernel(seg: Segment) -> tuple[str, str]:
                 "    offs = pid * BLOCK + tl.arange(0, BLOCK)\n"
                 "    mask = offs < n\n"
                 f"{_tri_loads(seg, 'offs', indent)}"
-                "    y = x\n"
+                f"    y = {seg.main.name}\n"
                 f"{indent}{PLACEHOLDER}\n"
                 "    tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)\n"), indent
     store = ("    tl.store(out_ptr + row, y.to(out_ptr.dtype.element_ty))\n" if seg.per_row_output else

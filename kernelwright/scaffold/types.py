@@ -20,11 +20,17 @@ from kernelwright.records import Versioned
 # The one marker pair every target uses; the prompt and the splicer both read them from here.
 BEGIN = "REGION BEGIN"
 END = "REGION END"
+# Targets whose skeleton takes a GEMM into the kernel (ScaffoldPlan.gemm): Triton's tl.dot gives a
+# tiled, autotuned GEMM in a few lines; CUDA and C++ keep the library GEMM in PyTorch.
+GEMM_TARGETS = frozenset({"triton"})
 
 
 class SegmentKind(str, enum.Enum):
     ELEMENTWISE = "elementwise"  # out[i] depends on element i of each input (after broadcasting)
     ROW = "row"  # out row r depends on row r of the inputs: reductions, softmax, norms, scans
+    # out = epilogue(A @ B (+ bias)): the GEMM itself is taken into the kernel (Triton only, see
+    # ScaffoldPlan.gemm); the epilogue is elementwise on the fp32 accumulator, the main arg
+    GEMM = "gemm"
 
 
 class KernelArg(BaseModel):
@@ -39,6 +45,26 @@ class KernelArg(BaseModel):
     # "broadcast" (value at flat index i is values[(i // inner) % span], computed at run time).
     pattern: str = "same"
     describe: str = ""  # one line for the prompt
+
+
+class GemmSpec(BaseModel):
+    """The GEMM a `gemm` segment takes in: out[..., m, n] = sum_k A[..., m, k] * B[..., k, n] (+ bias[n]).
+
+    A's leading dims fold into M unless the GEMM is batched (bmm, or matmul of two 3-D operands: one
+    product per leading index). The operands are the arguments `kw_fused` gets before the epilogue's
+    extras, in this order: a, b, bias."""
+
+    op: str  # the reference's op, canonical: linear | matmul | bmm (addmm is linear, mm is matmul)
+    a: KernelArg  # [..., M, K]
+    b: KernelArg  # [K, N] ([N, K] where b_transposed), [batch, K, N] where batched
+    bias: Optional[KernelArg] = None  # [N], added to the accumulator before the region
+    b_transposed: bool = False  # B holds [N, K] (F.linear / nn.Linear's weight): read through its strides
+    batched: bool = False
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    lines: int = 1  # the first `lines` of the segment's torch_lines are the GEMM's own (the K loop computes them)
 
 
 class Segment(BaseModel):
@@ -56,6 +82,7 @@ class Segment(BaseModel):
     torch_lines: list[str] = Field(default_factory=list)  # the reference's code for the segment
     module_notes: list[str] = Field(default_factory=list)  # nn modules it calls, with their settings
     op_notes: list[str] = Field(default_factory=list)  # definitions of the ops it uses
+    gemm: Optional[GemmSpec] = None  # GEMM: the product the kernel computes before the region
 
     @property
     def main(self) -> KernelArg:
@@ -64,6 +91,13 @@ class Segment(BaseModel):
     @property
     def extras(self) -> list[KernelArg]:
         return [a for a in self.args if not a.main]
+
+    def epilogue(self) -> "Segment":
+        """A GEMM segment's region seen as the elementwise kernel it is on the accumulator: what the
+        pre-check runs (the region's names and probes are the same; the K loop is the skeleton's)."""
+        if self.kind != SegmentKind.GEMM:
+            return self
+        return self.model_copy(update={"kind": SegmentKind.ELEMENTWISE, "gemm": None})
 
 
 class Probes(BaseModel):
@@ -90,6 +124,17 @@ class ScaffoldPlan(Versioned):
     prelude: str = ""
     model_new: str = ""
     probes: Optional[Probes] = None  # for the region pre-check; None where they could not be made
+    # The same task planned with its GEMM taken into the kernel (a `gemm` segment, the epilogue after
+    # it, a ModelNew calling the kernel in place of both), where the planner found one that covers
+    # at least this plan's segment; only the targets in GEMM_TARGETS are written from it
+    # (for_target), so the CUDA and C++ plans are what they were.
+    gemm: Optional["ScaffoldPlan"] = None
+
+    def for_target(self, target: str) -> "ScaffoldPlan":
+        """The plan a target's skeleton and pre-check use."""
+        if target in GEMM_TARGETS and self.gemm is not None and self.gemm.available:
+            return self.gemm
+        return self
 
 
 class Scaffold(BaseModel):

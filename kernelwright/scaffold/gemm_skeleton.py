@@ -1,0 +1,225 @@
+"""The Triton skeleton of a `gemm` segment: a tiled GEMM whose epilogue is the model's region.
+
+One program computes a BLOCK_M x BLOCK_N tile of the output: a loop over K in steps of BLOCK_K
+loads masked tiles of A and B (through their strides: nn.Linear's [N, K] weight is read transposed
+without a copy) and accumulates `tl.dot` in fp32; the bias, where the GEMM has one, is added to the
+accumulator; the epilogue's extra inputs are loaded per output element (broadcasting resolved as in
+the elementwise skeleton: a flat vector read at `(i // inner) % span`); then the region, and one
+masked store. The region sees the accumulator tile as `x`, the epilogue's main input, and writes `y`.
+
+Numerics: fp32 operands are multiplied with `input_precision="ieee"`. Triton's default for fp32
+`tl.dot` on NVIDIA is TF32 (10-bit mantissa), about 1e-3 relative error: past the evaluator's 1e-4
+fp32 tolerance, and not what an fp32 reference computes (PyTorch's matmul default is ieee fp32 too).
+fp16 / bf16 operands use the tensor cores as they are, accumulating in fp32.
+
+Launch settings: a `@triton.autotune` list of tile shapes, stages and warps keyed on (M, N, K), not
+the `KW_LAUNCH` line the other skeletons carry. The best GEMM tile depends on the shape and the GPU,
+and Triton times the configs in the process at the first call, one compile each; a `KW_LAUNCH`
+variant is a whole evaluation (search.py's launch sweep). Configs with tiles past the problem's
+next power of two are pruned before timing; under the interpreter (TRITON_INTERPRET=1, the CPU
+tests) only the first config left is run, its timings saying nothing about a GPU.
+"""
+
+from __future__ import annotations
+
+from kernelwright.scaffold.skeleton import (
+    BCAST_HELPER,
+    PLACEHOLDER,
+    PY_DTYPES,
+    _marked,
+    _scaffold,
+    math_line,
+)
+from kernelwright.scaffold.types import KernelArg, Scaffold, ScaffoldPlan, Segment
+
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps), largest tiles first: Triton's matmul tutorial's
+# list for NVIDIA GPUs. fp32 operands take BLOCK_K at most 32 (twice the bytes per element: the
+# 64-deep tiles overflow shared memory at 3-4 stages).
+CONFIGS = [(128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (64, 256, 32, 4, 4), (128, 128, 32, 4, 4),
+           (128, 64, 32, 4, 4), (64, 128, 32, 4, 4), (128, 32, 32, 4, 4), (64, 32, 32, 5, 2),
+           (32, 64, 32, 5, 2), (32, 32, 32, 4, 2)]
+FP32_MAX_BLOCK_K = 32
+
+PRUNE = '''
+def _kw_prune(configs, named_args, **kwargs):
+    """Configs whose tile is no larger than the problem needs (a 128-row tile on a 20-row GEMM
+    only computes padding), at least one; under the interpreter only the first: its timings say
+    nothing about a GPU, and each config costs a whole interpreted run."""
+    m, n = named_args["kw_m"], named_args["kw_n"]
+    fit = [c for c in configs if c.kwargs["BLOCK_M"] <= max(32, triton.next_power_of_2(m))
+           and c.kwargs["BLOCK_N"] <= max(32, triton.next_power_of_2(n))]
+    fit = fit or [min(configs, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
+    return fit[:1] if os.environ.get("TRITON_INTERPRET") == "1" else fit
+'''
+
+
+def configs(a_dtype: str) -> list[tuple[int, int, int, int, int]]:
+    """The autotune space for operands of ``a_dtype``, distinct, in order."""
+    out: list[tuple[int, int, int, int, int]] = []
+    for bm, bn, bk, stages, warps in CONFIGS:
+        c = (bm, bn, min(bk, FP32_MAX_BLOCK_K) if a_dtype == "float32" else bk, stages, warps)
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def dot_call(a_dtype: str) -> str:
+    """The K loop's product: ieee fp32 for fp32 operands (never TF32), tensor cores otherwise."""
+    precision = ', input_precision="ieee"' if a_dtype == "float32" else ""
+    return f"kw_acc = tl.dot(kw_a_tile, kw_b_tile, kw_acc{precision})"
+
+
+def _extra_params(seg: Segment) -> list[str]:
+    out = []
+    for a in seg.extras:
+        out.append(a.name)
+        if a.pattern == "broadcast":
+            out += [f"{a.name}_inner", f"{a.name}_span"]
+    return out
+
+
+def _load(a: KernelArg) -> str:
+    if a.pattern == "scalar":
+        return f"    {a.name} = tl.load({a.name}_ptr).to(tl.float32)\n"
+    idx = "offs" if a.pattern == "same" else f"(offs // {a.name}_inner) % {a.name}_span"
+    return f"    {a.name} = tl.load({a.name}_ptr + {idx}, mask=mask, other=0.0).to(tl.float32)\n"
+
+
+def _wrap(params: list[str], width: int = 100) -> str:
+    """Parameters over several lines, as a person would write them."""
+    lines, cur = [], ""
+    for p in params:
+        if cur and len(cur) + len(p) + 2 > width:
+            lines.append(cur + ",")
+            cur = ""
+        cur = f"{cur}, {p}" if cur else p
+    return "\n                    ".join(lines + [cur])
+
+
+def triton_gemm_kernel(seg: Segment) -> tuple[str, str]:
+    """(the autotuned `@triton.jit` kernel with PLACEHOLDER where the region goes, the region's indent)."""
+    spec = seg.gemm
+    assert spec is not None
+    bias = spec.bias is not None
+    params = (["kw_a_ptr", "kw_b_ptr"] + (["kw_bias_ptr"] if bias else [])
+              + [p if p.endswith(("_inner", "_span")) else f"{p}_ptr" for p in _extra_params(seg)]
+              + ["out_ptr", "kw_m", "kw_n", "kw_kdim", "kw_sab", "kw_sam", "kw_sak", "kw_sbb", "kw_sbk", "kw_sbn",
+                 "BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr", "BLOCK_K: tl.constexpr"])
+    indent = "    "
+    bias_lines = ("    kw_bias = tl.load(kw_bias_ptr + kw_rn, mask=kw_rn < kw_n, other=0.0).to(tl.float32)\n"
+                  "    kw_acc = kw_acc + kw_bias[None, :]\n") if bias else ""
+    kernel = (
+        '@triton.autotune(configs=KW_GEMM_CONFIGS, key=["kw_m", "kw_n", "kw_kdim"],\n'
+        '                 prune_configs_by={"early_config_prune": _kw_prune})\n'
+        "@triton.jit\n"
+        f"def kw_fused_kernel({_wrap(params)}):\n"
+        "    kw_rm = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)\n"
+        "    kw_rn = (tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)\n"
+        "    kw_batch = tl.program_id(2).to(tl.int64)\n"
+        "    kw_rk = tl.arange(0, BLOCK_K)\n"
+        "    kw_a = kw_a_ptr + kw_batch * kw_sab + kw_rm[:, None] * kw_sam + kw_rk[None, :] * kw_sak\n"
+        "    kw_b = kw_b_ptr + kw_batch * kw_sbb + kw_rk[:, None] * kw_sbk + kw_rn[None, :] * kw_sbn\n"
+        "    kw_acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)\n"
+        "    for kw_k0 in range(0, kw_kdim, BLOCK_K):\n"
+        "        kw_a_tile = tl.load(kw_a, mask=(kw_rm[:, None] < kw_m) & (kw_rk[None, :] + kw_k0 < kw_kdim), other=0.0)\n"
+        "        kw_b_tile = tl.load(kw_b, mask=(kw_rk[:, None] + kw_k0 < kw_kdim) & (kw_rn[None, :] < kw_n), other=0.0)\n"
+        f"        {dot_call(spec.a.dtype)}\n"
+        "        kw_a += BLOCK_K * kw_sak\n"
+        "        kw_b += BLOCK_K * kw_sbk\n"
+        f"{bias_lines}"
+        "    mask = (kw_rm[:, None] < kw_m) & (kw_rn[None, :] < kw_n)\n"
+        "    offs = kw_batch * kw_m * kw_n + kw_rm[:, None] * kw_n + kw_rn[None, :]  # flat index of each output\n"
+        + "".join(_load(a) for a in seg.extras)
+        + f"    {seg.main.name} = kw_acc\n"
+        f"    y = {seg.main.name}\n"
+        f"{indent}{PLACEHOLDER}\n"
+        "    tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)\n")
+    return kernel, indent
+
+
+def _configs_text(a_dtype: str) -> str:
+    rows = ",\n".join(f'    triton.Config({{"BLOCK_M": {bm}, "BLOCK_N": {bn}, "BLOCK_K": {bk}}}, num_stages={s}, '
+                      f"num_warps={w})" for bm, bn, bk, s, w in configs(a_dtype))
+    return f"KW_GEMM_CONFIGS = [\n{rows},\n]\n"
+
+
+def _wrapper(seg: Segment) -> str:
+    """Python `kw_fused(a, b[, bias], *extras)`: A's leading dims folded into M (or one product per
+    batch), B read through its strides, the extras shaped against the output, the output shaped back."""
+    spec = seg.gemm
+    assert spec is not None
+    gemm_params = ["kw_a", "kw_b"] + (["kw_bias"] if spec.bias is not None else [])
+    extras = [a.name for a in seg.extras]
+    lines = [f"def kw_fused({', '.join(gemm_params + extras)}):"]
+    if spec.batched:
+        lines += ["    shape = (kw_a.shape[0], kw_a.shape[1], kw_b.shape[2])"]
+    else:
+        n = "kw_b.shape[0]" if spec.b_transposed else "kw_b.shape[1]"
+        lines += [f"    shape = tuple(kw_a.shape[:-1]) + ({n},)",
+                  "    kw_a = kw_a.reshape(-1, kw_a.shape[-1])  # leading dims fold into M (a view where they can)"]
+        if spec.b_transposed:
+            lines.append("    kw_b = kw_b.t()  # [N, K] weight as [K, N]: a view, read through its strides")
+    if spec.bias is not None:
+        lines.append("    kw_bias = kw_bias.contiguous()")
+    for a in seg.extras:
+        if a.pattern == "same":
+            lines.append(f"    {a.name} = {a.name}.contiguous()")
+            lines.append(f"    assert {a.name}.shape == shape, 'kw_fused: {a.name} must be shaped like the output'")
+        elif a.pattern == "scalar":
+            lines.append(f"    {a.name} = {a.name}.reshape(1).contiguous()")
+        else:
+            lines.append(f"    {a.name}, {a.name}_inner, {a.name}_span = _kw_bcast({a.name}, shape)")
+    lines.append(f"    return kw_launch({', '.join(gemm_params + _extra_params(seg) + ['shape'])})")
+    return "\n".join(lines) + "\n"
+
+
+def _launcher(seg: Segment) -> str:
+    spec = seg.gemm
+    assert spec is not None
+    gemm_params = ["kw_a", "kw_b"] + (["kw_bias"] if spec.bias is not None else [])
+    lines = [f"def kw_launch({', '.join(gemm_params + _extra_params(seg) + ['shape'])}):"]
+    if spec.batched:
+        lines += ["    kw_batch, kw_m, kw_kdim = kw_a.shape",
+                  "    kw_n = kw_b.shape[2]",
+                  "    kw_sab, kw_sam, kw_sak = kw_a.stride()",
+                  "    kw_sbb, kw_sbk, kw_sbn = kw_b.stride()"]
+    else:
+        lines += ["    kw_m, kw_kdim = kw_a.shape",
+                  "    kw_n = kw_b.shape[1]",
+                  "    kw_batch, kw_sab, kw_sbb = 1, 0, 0",
+                  "    kw_sam, kw_sak = kw_a.stride()",
+                  "    kw_sbk, kw_sbn = kw_b.stride()"]
+    lines += [f"    out = torch.empty(shape, device=kw_a.device, dtype={PY_DTYPES[seg.out_dtype]})",
+              "    grid = lambda meta: (triton.cdiv(kw_m, meta['BLOCK_M']), triton.cdiv(kw_n, meta['BLOCK_N']), kw_batch)",
+              f"    kw_fused_kernel[grid]({', '.join(gemm_params + _extra_params(seg))}, out, kw_m, kw_n, kw_kdim,",
+              "                          kw_sab, kw_sam, kw_sak, kw_sbb, kw_sbk, kw_sbn)",
+              "    return out"]
+    return "\n".join(lines) + "\n"
+
+
+def variables(seg: Segment) -> list[str]:
+    """What the region can read and must write, for the prompt."""
+    spec = seg.gemm
+    assert spec is not None
+    main = seg.main
+    gemm_line = seg.torch_lines[spec.lines - 1]
+    bias = ", its bias included" if spec.bias is not None else ""
+    lines = [f"`{main.name}` (float32, a BLOCK_M x BLOCK_N tile of the output): the GEMM's result, `{gemm_line}` above"
+             f"{bias}, already accumulated in fp32 by the kernel's loop over K; {main.describe}"]
+    for a in seg.extras:
+        lines.append(f"`{a.name}` (float32, the same BLOCK_M x BLOCK_N tile, one value per output element): {a.describe}")
+    lines.append("`y` (already set to x): assign the result tile to it; it is stored where `mask` is True")
+    return lines + [math_line("triton", seg)]
+
+
+def write_triton_gemm(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
+    spec = seg.gemm
+    assert spec is not None
+    kernel, indent = triton_gemm_kernel(seg)
+    kernel_prog, kernel_view = _marked(kernel, indent, "#")
+    header = "import math\nimport os\n\nimport torch\nimport triton\nimport triton.language as tl\n"
+    helper = BCAST_HELPER + "\n\n" if any(a.pattern == "broadcast" for a in seg.extras) else ""
+    program = (f"{header}\n{plan.prelude}\n{_configs_text(spec.a.dtype)}\n{PRUNE}\n\n{kernel_prog}\n\n"
+               f"{_launcher(seg)}\n\n{helper}{_wrapper(seg)}\n\n{plan.model_new}")
+    sc = _scaffold(plan, seg, "triton", program, kernel_view, indent, "# (empty: y stays x)", "python")
+    return sc.model_copy(update={"variables": variables(seg)})
