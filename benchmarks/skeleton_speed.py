@@ -63,7 +63,9 @@ def main() -> int:
     started = time.monotonic()
     tasks = load_tasks(args.tasks)
     plans = zip(tasks, plan_tasks(tasks, size, device=args.device))  # one planning child for all
-    jobs = [(t, target, p, write(p, target)) for t, p in plans if p.available for target in targets]
+    # per target: Triton takes a GEMM into its kernel where the plan has one (plan.gemm)
+    jobs = [(t, target, p.for_target(target), write(p, target)) for t, p in plans for target in targets
+            if p.for_target(target).available]
     programs = [(t, target, p, sc.program_with(region(sc))) for t, target, p, sc in jobs]
     print(f"{len(programs)} skeletons with their oracle regions; building", flush=True)
     untimed = EvalConfig(device=args.device, size=size, time=False, trials=1, timeout=600.0)

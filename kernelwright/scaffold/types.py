@@ -92,6 +92,12 @@ class Segment(BaseModel):
     def extras(self) -> list[KernelArg]:
         return [a for a in self.args if not a.main]
 
+    @property
+    def pass_through(self) -> bool:
+        """The empty region (y stays the main input) is already correct: a lone GEMM's epilogue."""
+        return self.kind == SegmentKind.GEMM and self.gemm is not None and \
+            self.torch_lines[self.gemm.lines:] == [f"y = {self.main.name}"]
+
     def epilogue(self) -> "Segment":
         """A GEMM segment's region seen as the elementwise kernel it is on the accumulator: what the
         pre-check runs (the region's names and probes are the same; the K loop is the skeleton's)."""

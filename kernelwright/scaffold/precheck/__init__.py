@@ -8,7 +8,8 @@ in the planning child); here nothing imports torch:
 
 * C++ and CUDA regions: the skeleton's kernel with the region in it, compiled by the system compiler
   without torch headers, CUDA on a host shim (native.py); many regions share one translation unit;
-* Triton regions: the region's statements on a NumPy stand-in for `tl` (tl_shim.py).
+* Triton regions: the region's statements on a NumPy stand-in for `tl` (tl_shim.py); a `gemm`
+  segment's region (elementwise on the accumulator) in the elementwise kernel, on the epilogue's probes.
 
 Both run the region in a confined child (the evaluator's confinement where this machine has it),
 never in this process. Results are remembered per (probes, target, region): a search loop asking
@@ -24,7 +25,7 @@ from typing import Optional
 
 from kernelwright.scaffold.precheck.compare import first_difference
 from kernelwright.scaffold.precheck.types import Counterexample, PrecheckResult, PrecheckStatus
-from kernelwright.scaffold.types import ScaffoldPlan
+from kernelwright.scaffold.types import ScaffoldPlan, SegmentKind
 
 __all__ = ["Counterexample", "PrecheckResult", "PrecheckStatus", "precheck", "precheck_many"]
 
@@ -39,7 +40,11 @@ def precheck(plan: ScaffoldPlan, target: str, region: str) -> PrecheckResult:
 def precheck_many(plan: ScaffoldPlan, target: str, regions: list[str]) -> list[PrecheckResult]:
     """One result per region, in order; the regions are run together (one compile for all)."""
     started = time.perf_counter()
+    plan = plan.for_target(target)  # the plan the target's skeleton was written from (Triton: a GEMM one)
     seg, probes = plan.segment, plan.probes
+    if seg is not None and seg.kind == SegmentKind.GEMM and target != "triton":
+        return [PrecheckResult(status=PrecheckStatus.UNSUPPORTED, target=target,
+                               error="the gemm layout is written for Triton only") for _ in regions]
     if seg is None or probes is None:
         why = plan.reason if seg is None else "the plan has no probes for this segment"
         return [PrecheckResult(status=PrecheckStatus.UNSUPPORTED, target=target, error=why) for _ in regions]
@@ -86,6 +91,10 @@ def _screen(target: str, region: str) -> Optional[PrecheckResult]:
 def _run(plan: ScaffoldPlan, target: str, regions: list[str]) -> list[PrecheckResult]:
     seg, probes = plan.segment, plan.probes
     assert seg is not None and probes is not None
+    # A GEMM segment's region is elementwise on the accumulator tile: it runs in the elementwise
+    # skeleton on the epilogue's probes (the accumulator is the main input there; the K loop is the
+    # skeleton's, checked by the evaluator)
+    seg = seg.epilogue()
     if target == "triton":
         from kernelwright.scaffold.precheck.tl_shim import run as run_regions
     else:

@@ -1,0 +1,170 @@
+"""The gemm layout (Triton only): the planner's GEMM alternative, the autotuned tl.dot skeleton with
+its epilogue region, the oracle region, the pre-check, and the real evaluator on the CPU under the
+Triton interpreter at the tasks' small size (each evaluation ~2 s: the whole file well under a minute).
+
+What must not change is checked too: the CUDA and C++ targets get the plans (and programs) they
+got before, and a GEMM followed by a row kernel keeps its row kernel.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from kernelwright import prompts
+from kernelwright.child import load_task_module
+from kernelwright.records import Verdict
+from kernelwright.scaffold import SegmentKind, default_launch, launch_variants, plan_tasks, precheck, with_launch, write
+from kernelwright.scaffold.oracle import region
+from kernelwright.tasks import load_task
+
+HAVE_TRITON = importlib.util.find_spec("triton") is not None
+GELU = "builtin/L2/01_linear_gelu_scale"  # nn.Linear (bias) -> gelu -> * 0.5
+MATMUL = "builtin/L1/10_matmul"  # a lone torch.matmul: no segment for CUDA / C++
+SOFTMAX = "builtin/L2/05_linear_softmax_scale"  # nn.Linear -> softmax: the row kernel stays
+EXAMPLE = "examples/gemm_bias_gelu.py"  # the README's: matmul(x, weight.t()) + bias -> gelu
+
+# A batched half-precision GEMM with an epilogue: bmm's operands are [batch, M, K] and [batch, K, N]
+BMM_FP16 = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.relu(torch.bmm(a, b) * 0.5)
+
+
+def get_inputs():
+    return [torch.randn(3, 40, 24).half(), torch.randn(3, 24, 36).half()]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gemm") / "bmm_relu_fp16.py"
+    path.write_text(BMM_FP16)
+    return {t: load_task(t) for t in (GELU, MATMUL, SOFTMAX, EXAMPLE)} | {"bmm": load_task(str(path))}
+
+
+@pytest.fixture(scope="module")
+def plans(tasks):
+    return dict(zip(tasks, plan_tasks(list(tasks.values()))))
+
+
+def test_the_gemm_and_its_epilogue_are_one_segment_for_triton(plans) -> None:
+    p = plans[GELU]
+    g = p.for_target("triton")
+    assert g is p.gemm and g.available and p.for_target("cpp") is p and p.for_target("cuda") is p
+    seg = g.segment
+    assert seg.kind == SegmentKind.GEMM and seg.targets == ["linear", "gelu", "mul"]
+    spec = seg.gemm
+    assert (spec.op, spec.b_transposed, spec.batched, spec.m, spec.n, spec.k) == ("linear", True, False, 32, 136, 200)
+    assert spec.bias is not None and spec.bias.origin == "linear.bias" and spec.b.origin == "linear.weight"
+    # the region keeps the epilogue's names: the accumulator is `x`, the GEMM's line assigns it
+    assert seg.torch_lines[0] == "x = self.linear(x)" and seg.main.name == "x" and not seg.extras
+    assert "fused = kw_fused(x, linear_weight, linear_bias)" in g.model_new and "self.linear" in g.model_new
+    assert g.probes is not None
+    # the README example: B is a view of the weight (read through its strides), the bias an extra
+    ex = plans[EXAMPLE].for_target("triton").segment
+    assert ex.kind == SegmentKind.GEMM and ex.gemm.op == "matmul" and ex.gemm.bias is None
+    assert ex.torch_lines[ex.gemm.lines - 1] == "x = torch.matmul(x, t)" and [a.name for a in ex.extras] == ["bias"]
+
+
+def test_a_lone_gemm_gets_the_skeleton_with_an_empty_epilogue(plans) -> None:
+    p = plans[MATMUL]
+    assert not p.available and "no elementwise" in p.reason  # CUDA / C++: the whole program, as before
+    seg = p.for_target("triton").segment
+    assert seg.kind == SegmentKind.GEMM and seg.targets == ["matmul"] and seg.pass_through
+    assert seg.torch_lines == ["x = torch.matmul(a, b)", "y = x"]
+    sc = write(p, "triton")
+    assert sc.available and region(sc) == "y = x" and not write(p, "cpp").available
+
+
+def test_a_gemm_before_a_row_kernel_keeps_the_row_kernel(plans) -> None:
+    p = plans[SOFTMAX]
+    assert p.for_target("triton") is p and p.segment.kind == SegmentKind.ROW
+
+
+def test_cuda_and_cpp_programs_are_what_they_were(plans) -> None:
+    """The GEMM alternative is not part of what those targets are written from: their programs
+    (extension names included) are those of the plan without it."""
+    for task in (GELU, EXAMPLE):
+        p = plans[task]
+        for target in ("cuda", "cpp"):
+            sc = write(p, target)
+            assert sc.segment.kind == SegmentKind.ELEMENTWISE
+            assert sc.program == write(p.model_copy(update={"gemm": None}), target).program
+
+
+def test_fp32_products_are_ieee_and_half_products_use_tensor_cores(plans) -> None:
+    fp32 = write(plans[GELU], "triton").program
+    assert 'tl.dot(kw_a_tile, kw_b_tile, kw_acc, input_precision="ieee")' in fp32
+    half = write(plans["bmm"], "triton").program
+    assert "tl.dot(kw_a_tile, kw_b_tile, kw_acc)" in half and "ieee" not in half
+    assert "@triton.autotune(configs=KW_GEMM_CONFIGS" in fp32 and "KW_LAUNCH" not in fp32
+    seg = plans[GELU].for_target("triton").segment
+    # launch settings are the autotune list's, not KW_LAUNCH variants
+    assert default_launch(seg, "triton") == {} and launch_variants(seg, "triton") == []
+    assert with_launch(fp32, {"block": 1024}) is None
+
+
+def _tf32(t: torch.Tensor) -> torch.Tensor:
+    """Round to TF32 (10 mantissa bits, nearest even), as the tensor cores read fp32 operands."""
+    bits = t.contiguous().view(torch.int32)
+    bits = (bits + 0xFFF + ((bits >> 13) & 1)) & ~0x1FFF
+    return bits.view(torch.float32)
+
+
+def test_tf32_would_fail_the_evaluators_fp32_tolerance(tasks) -> None:
+    """Why the skeleton asks for ieee: on the task's own inputs a TF32 product is off by more than
+    the fp32 tolerance (1e-4), so Triton's default for fp32 dot would make a correct region wrong."""
+    module = load_task_module(tasks[MATMUL].source, tasks[MATMUL].path, "kw_gemm_tf32")
+    torch.manual_seed(0)
+    a, b = module.get_inputs()
+    exact = a.double() @ b.double()
+    assert torch.allclose((a @ b).double(), exact, atol=1e-4, rtol=1e-4)
+    assert not torch.allclose((_tf32(a) @ _tf32(b)).double(), exact, atol=1e-4, rtol=1e-4)
+
+
+def test_the_precheck_runs_the_epilogue(plans) -> None:
+    p = plans[GELU]
+    sc = write(p, "triton")
+    assert precheck(p, "triton", region(sc)).status.value == "pass"
+    assert precheck(p, "triton", region(sc, wrong=True)).status.value == "counterexample"
+    assert precheck(p, "triton", "y = tl.dot(x, x)").status.value == "unsupported"  # not modelled: the evaluator's
+    assert precheck(plans[MATMUL], "triton", "y = x").status.value == "pass"
+
+
+def test_the_prompt_says_what_the_region_reads(plans) -> None:
+    sc = write(plans[GELU], "triton")
+    seg = sc.segment
+    text = prompts.render("task", task_source="", target="triton", target_name="Triton", ambition=False, fence="python",
+                          scaffold={"kernel_view": sc.kernel_view.strip("\n"), "variables": sc.variables,
+                                    "torch_lines": seg.torch_lines, "module_notes": seg.module_notes,
+                                    "op_notes": seg.op_notes})
+    assert "x = self.linear(x)\ngelu = " in text and "self.linear = Linear(in_features=200" in text
+    assert "a BLOCK_M x BLOCK_N tile of the output" in text and "accumulated in fp32" in text
+    assert "tl.dot(" in text and "REGION BEGIN" in text
+
+
+@pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
+@pytest.mark.parametrize("task,checks", [(GELU, ("correct", "wrong", "empty")), (MATMUL, ("correct", "wrong")),
+                                         (EXAMPLE, ("correct",)), ("bmm", ("correct",))])
+def test_the_oracle_program_is_correct_under_the_interpreter(task, checks, tasks, plans, fast_cfg) -> None:
+    from kernelwright.evaluate import evaluate
+
+    sc = write(plans[task], "triton")
+    cfg = fast_cfg(time=False, extra_env={"TRITON_INTERPRET": "1"})
+    regions = {"correct": region(sc), "wrong": region(sc, wrong=True), "empty": ""}
+    for check in checks:
+        got = evaluate(tasks[task], sc.program_with(regions[check]), cfg)
+        if check == "correct":
+            assert got.verdict == Verdict.CORRECT and got.custom_kernel, (task, got.verdict, got.error)
+        else:
+            assert got.verdict != Verdict.CORRECT, (task, check)
