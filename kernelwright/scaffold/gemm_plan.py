@@ -17,7 +17,8 @@ the GEMM and the GEMM's output makes one more round trip through memory. Here, o
 
 The region keeps the epilogue's names: the accumulator tile is `x`, the segment's main input, as it
 is in today's elementwise segment after a GEMM (its probes and recorded answers stay valid). The
-prompt's lines start with the GEMM itself, its result assigned to `x`.
+prompt's lines start with the GEMM itself, its result assigned to `x`, as comments (the kernel has
+computed them when the region starts).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from kernelwright.scaffold.types import GemmSpec, KernelArg, ScaffoldPlan, Segme
 
 log = logging.getLogger(__name__)
 
+GEMM_HEADER = "# before the region, the kernel's loop over K computes the GEMM:"
 _LINEAR = (F.linear, torch._C._nn.linear)
 _MATMUL = (torch.matmul, operator.matmul, torch.mm, torch.bmm, torch.addmm)
 _METHODS = {"matmul": torch.matmul, "mm": torch.mm, "bmm": torch.bmm}
@@ -260,7 +262,8 @@ def _gemm_segment(gm: fx.GraphModule, g: _Gemm, epilogue: Optional[tuple[_Candid
 
 def _gemm_lines(gm: fx.GraphModule, node: fx.Node) -> list[str]:
     """The reference's line for the GEMM, its result named `x` (the region's name for it), after the
-    lines of the parameter reads and views feeding it (`t = self.weight.t()`), so B reads as written."""
+    lines of the parameter reads and views feeding it (`t = self.weight.t()`), so B reads as written;
+    commented, under a line saying the kernel computes them before the region."""
     g = fx.Graph()
     env: dict[fx.Node, Any] = {}
 
@@ -291,7 +294,8 @@ def _gemm_lines(gm: fx.GraphModule, node: fx.Node) -> list[str]:
         s = re.sub(r";\s+[\w\s=]+= None$", "", s).replace("torch._C._nn.", "torch.nn.functional.")
         lines.append(s)
     lines[-1] = re.sub(r"^\w+ = ", "x = ", lines[-1])
-    return lines
+    # as comments: the region starts after them (the prompt asks for "every line" of what it shows)
+    return [GEMM_HEADER] + [f"# {line}" for line in lines]
 
 
 _VIEWS = {"t", "transpose", "permute", "view", "reshape", "contiguous", "T", "mT"}

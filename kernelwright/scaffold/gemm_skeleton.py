@@ -202,7 +202,7 @@ def variables(seg: Segment) -> list[str]:
     spec = seg.gemm
     assert spec is not None
     main = seg.main
-    gemm_line = seg.torch_lines[spec.lines - 1]
+    gemm_line = seg.torch_lines[spec.lines - 1].removeprefix("# ")  # shown commented: computed before the region
     bias = ", its bias included" if spec.bias is not None else ""
     lines = [f"`{main.name}` (float32, a BLOCK_M x BLOCK_N tile of the output): the GEMM's result, `{gemm_line}` above"
              f"{bias}, already accumulated in fp32 by the kernel's loop over K; {main.describe}"]

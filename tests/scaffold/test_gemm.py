@@ -17,6 +17,7 @@ from kernelwright import prompts
 from kernelwright.child import load_task_module
 from kernelwright.records import Verdict
 from kernelwright.scaffold import SegmentKind, default_launch, launch_variants, plan_tasks, precheck, with_launch, write
+from kernelwright.scaffold.gemm_plan import GEMM_HEADER
 from kernelwright.scaffold.oracle import region
 from kernelwright.tasks import load_task
 
@@ -67,13 +68,16 @@ def test_the_gemm_and_its_epilogue_are_one_segment_for_triton(plans) -> None:
     assert (spec.op, spec.b_transposed, spec.batched, spec.m, spec.n, spec.k) == ("linear", True, False, 32, 136, 200)
     assert spec.bias is not None and spec.bias.origin == "linear.bias" and spec.b.origin == "linear.weight"
     # the region keeps the epilogue's names: the accumulator is `x`, the GEMM's line assigns it
-    assert seg.torch_lines[0] == "x = self.linear(x)" and seg.main.name == "x" and not seg.extras
+    assert seg.torch_lines[:2] == [GEMM_HEADER, "# x = self.linear(x)"] and spec.lines == 2
+    assert seg.main.name == "x" and not seg.extras
     assert "fused = kw_fused(x, linear_weight, linear_bias)" in g.model_new and "self.linear" in g.model_new
     assert g.probes is not None
     # the README example: B is a view of the weight (read through its strides), the bias an extra
     ex = plans[EXAMPLE].for_target("triton").segment
     assert ex.kind == SegmentKind.GEMM and ex.gemm.op == "matmul" and ex.gemm.bias is None
-    assert ex.torch_lines[ex.gemm.lines - 1] == "x = torch.matmul(x, t)" and [a.name for a in ex.extras] == ["bias"]
+    assert ex.torch_lines[:ex.gemm.lines] == [GEMM_HEADER, "# weight = self.weight", "# t = weight.t()",
+                                              "# x = torch.matmul(x, t)"]
+    assert [a.name for a in ex.extras] == ["bias"]
 
 
 def test_a_lone_gemm_gets_the_skeleton_with_an_empty_epilogue(plans) -> None:
@@ -81,7 +85,7 @@ def test_a_lone_gemm_gets_the_skeleton_with_an_empty_epilogue(plans) -> None:
     assert not p.available and "no elementwise" in p.reason  # CUDA / C++: the whole program, as before
     seg = p.for_target("triton").segment
     assert seg.kind == SegmentKind.GEMM and seg.targets == ["matmul"] and seg.pass_through
-    assert seg.torch_lines == ["x = torch.matmul(a, b)", "y = x"]
+    assert seg.torch_lines == [GEMM_HEADER, "# x = torch.matmul(a, b)", "y = x"]
     sc = write(p, "triton")
     assert sc.available and region(sc) == "y = x" and not write(p, "cpp").available
 
@@ -148,7 +152,8 @@ def test_the_prompt_says_what_the_region_reads(plans) -> None:
                           scaffold={"kernel_view": sc.kernel_view.strip("\n"), "variables": sc.variables,
                                     "torch_lines": seg.torch_lines, "module_notes": seg.module_notes,
                                     "op_notes": seg.op_notes})
-    assert "x = self.linear(x)\ngelu = " in text and "self.linear = Linear(in_features=200" in text
+    assert f"{GEMM_HEADER}\n# x = self.linear(x)\ngelu = " in text and "self.linear = Linear(in_features=200" in text
+    assert "the GEMM's result, `x = self.linear(x)` above, its bias included" in text
     assert "a BLOCK_M x BLOCK_N tile of the output" in text and "accumulated in fp32" in text
     assert "tl.dot(" in text and "REGION BEGIN" in text
 
