@@ -20,37 +20,18 @@ from kernelwright.scaffold import SegmentKind, default_launch, launch_variants, 
 from kernelwright.scaffold.gemm_plan import GEMM_HEADER
 from kernelwright.scaffold.oracle import region
 from kernelwright.tasks import load_task
+from tests.conftest import TASKS
 
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 GELU = "builtin/L2/01_linear_gelu_scale"  # nn.Linear (bias) -> gelu -> * 0.5
 MATMUL = "builtin/L1/10_matmul"  # a lone torch.matmul: no segment for CUDA / C++
 SOFTMAX = "builtin/L2/05_linear_softmax_scale"  # nn.Linear -> softmax: the row kernel stays
 EXAMPLE = "examples/gemm_bias_gelu.py"  # the README's: matmul(x, weight.t()) + bias -> gelu
-
-# A batched half-precision GEMM with an epilogue: bmm's operands are [batch, M, K] and [batch, K, N]
-BMM_FP16 = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.relu(torch.bmm(a, b) * 0.5)
-
-
-def get_inputs():
-    return [torch.randn(3, 40, 24).half(), torch.randn(3, 24, 36).half()]
-
-
-def get_init_inputs():
-    return []
-'''
-
+BMM_FP16 = TASKS / "bmm_relu_fp16.py"  # relu(bmm(a, b) * 0.5) in fp16: batched, tensor cores
 
 @pytest.fixture(scope="module")
-def tasks(tmp_path_factory):
-    path = tmp_path_factory.mktemp("gemm") / "bmm_relu_fp16.py"
-    path.write_text(BMM_FP16)
-    return {t: load_task(t) for t in (GELU, MATMUL, SOFTMAX, EXAMPLE)} | {"bmm": load_task(str(path))}
+def tasks():
+    return {t: load_task(t) for t in (GELU, MATMUL, SOFTMAX, EXAMPLE)} | {"bmm": load_task(str(BMM_FP16))}
 
 
 @pytest.fixture(scope="module")
