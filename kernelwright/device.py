@@ -26,7 +26,10 @@ the lock holds the gate, so a later shared request queues behind it instead of s
 A second lock per device, `kind="admission"`, is about memory, not time: every evaluation holds it
 shared from start to end (in the evaluating process, outside the sandbox), and a candidate that ran
 out of memory beside others is re-run holding it exclusively, so with nothing else of ours on the
-device (evaluator.run_prepared).
+device (evaluator.run_prepared). Inside it, the sandboxed run is admitted by memory: a ledger in this
+folder (`<device>.memory.json`, devmem.py) holds the evaluations admitted now and each task's
+measured footprint, and a run starts only when its need fits beside what runs (or nothing of ours
+runs).
 """
 
 from __future__ import annotations

@@ -276,6 +276,12 @@ class EvalResult(Versioned):
     gpu_healthy: Optional[bool] = None  # probed after a timeout or crash on a GPU
     # seconds the timing waited for the device (others' timings and correctness runs held it)
     device_lock_wait_s: Optional[float] = None
+    # the largest GPU memory the evaluation's processes held together (MiB), as the driver counted it,
+    # sampled twice a second outside the sandbox (devmem.py); None: not on a GPU, or no reader here
+    device_memory_mb: Optional[float] = None
+    # seconds the evaluation waited to be admitted by memory (devmem.py's ledger: its task's need did
+    # not fit beside what ran); None: not admitted by memory (no GPU, or no reader of the driver)
+    memory_admission_wait_s: Optional[float] = None
     output_tail: Optional[str] = None  # capped stdout/stderr of the child, for debugging
     versions: dict[str, str] = Field(default_factory=dict)
     # None: no candidate code ran (decided before the sandbox)

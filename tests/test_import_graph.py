@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent / "kernelwright"
 # processes, OS confinement); measure/ is how the judge, the analysis and the scaffold feed,
 # compare and time a forward.
 LAYERS = [
-    {"kernelwright", "records", "errors", "events", "device", "child", "pyast", "astutil", "extract", "confine",
-     "confine_mounts"},
+    {"kernelwright", "records", "errors", "events", "device", "devmem", "child", "pyast", "astutil", "extract",
+     "confine", "confine_mounts"},
     {"measure"},
     {"tasks"},
     {"analysis"},

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from kernelwright import confine, pyast
+from kernelwright import confine, devmem, pyast
 from kernelwright import device as device_lock
 from kernelwright.device import cuda_arch, resolve_size, validate_device
 from kernelwright.errors import ConfinementError, EvaluatorError, GPUUnavailableError, InfrastructureError
@@ -321,7 +321,13 @@ def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig, run:
             # every build of the candidate is in the shared scope: nothing left for a prebuild
             return EvalResult(verdict=Verdict.COMPILED, task_id=task.id, candidate_hash=code_hash,
                               device=cfg.device, compile_only=True, compiled=True, stages=[shared.stage])
-        outcome = run(job, timeout=cfg.timeout, env=sandbox_env(cfg), held=sandbox_hold(cfg, prebuild))
+        ledger = devmem.ledger(cfg.device) if job.device.startswith("cuda") else None
+        key = footprint_key(task, cfg)
+        # only the run is admitted by memory: the trusted builds above use no GPU memory
+        with ledger.admit(key) if ledger is not None else contextlib.nullcontext() as admission:
+            outcome = run(job, timeout=cfg.timeout, env=sandbox_env(cfg), held=sandbox_hold(cfg, prebuild))
+        if ledger is not None and outcome.device_memory_bytes:
+            ledger.record(key, outcome.device_memory_bytes)
     except confine.ConfinementUnavailable as e:
         raise ConfinementError(str(e)) from None
     try:
@@ -332,9 +338,21 @@ def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig, run:
         if not cfg.keep_workdir:
             shutil.rmtree(outcome.scratch, ignore_errors=True)
     result = _assemble(task, code_hash, cfg, outcome)
+    if outcome.device_memory_bytes is not None:
+        result.device_memory_mb = round(outcome.device_memory_bytes / devmem.MIB, 1)
+    if admission is not None:
+        result.memory_admission_wait_s = round(admission.waited_s, 3)
+        if admission.waited_s > 0.1:
+            log.info("%s: admitted by device memory after %.1f s (need %.0f MiB%s)", task.id, admission.waited_s,
+                     admission.need_bytes / devmem.MIB, ", alone" if admission.alone else "")
     if shared is not None:
         result.stages.insert(0, shared.stage)
     return result
+
+
+def footprint_key(task: Task, cfg: EvalConfig) -> str:
+    """What a task's measured device memory is kept under (devmem.py): the task at the size it runs."""
+    return devmem.footprint_key(task.id, resolve_size(cfg.device, cfg.size), task.source)
 
 
 @dataclass

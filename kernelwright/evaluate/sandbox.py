@@ -22,6 +22,7 @@ forge a verdict; docs/evaluator.md). The confinement keeps such a candidate from
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -36,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from kernelwright import confine
+from kernelwright import confine, devmem
 from kernelwright.records import Confinement, JudgeResult, SandboxJob
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,9 @@ class SandboxOutcome:
     scratch: str = ""  # the worker's private, writable folder (its builds are there); the caller removes it
     confinement: Optional[Confinement] = None
     oom_kills: int = 0  # processes the kernel killed at the evaluation's memory limit (its cgroup's count)
+    # the largest device memory the evaluation's processes held together, as the driver counted it
+    # (devmem.py's sampler, outside the sandbox); None: not on a GPU, or no reader of the driver here
+    device_memory_bytes: Optional[int] = None
 
     @property
     def final(self) -> Optional[JudgeResult]:
@@ -281,11 +285,16 @@ def run_spawned(sp: Spawned, job: SandboxJob, *, timeout: float) -> SandboxOutco
     except (BrokenPipeError, OSError):
         pass  # the child died at once; its exit status tells the story
     timed_out = False
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        log.info("evaluation exceeded %.0f s: killing the worker's tree %d", timeout, proc.pid)
+    device = getattr(job, "device", "cpu")  # a build job has none: it runs on the CPU
+    sampler = devmem.sampler() if device.startswith("cuda") and not getattr(job, "compile_only", False) else None
+    watching = (sampler.watch(device, proc.pid, sp.box.cgroup) if sampler is not None
+                else contextlib.nullcontext())
+    with watching as watch:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            log.info("evaluation exceeded %.0f s: killing the worker's tree %d", timeout, proc.pid)
     # Always kill the tree: stragglers the candidate started must not outlive the evaluation.
     oom_kills = _end(sp)
     wall = time.monotonic() - start
@@ -303,6 +312,7 @@ def run_spawned(sp: Spawned, job: SandboxJob, *, timeout: float) -> SandboxOutco
         scratch=sp.scratch,
         confinement=sp.box.record,
         oom_kills=oom_kills,
+        device_memory_bytes=watch.peak_bytes if watch is not None and watch.samples else None,
     )
 
 
