@@ -111,10 +111,15 @@ def parse_apps_csv(text: str) -> dict[int, int]:
 
 @dataclass
 class SmiReader:
-    """The driver through `nvidia-smi`: one process per reading, about 50 ms."""
+    """The driver through `nvidia-smi`: one process per reading, about 50 ms. A device's memory is
+    read at most once per `reuse_s`: a study's waiting evaluations (up to 34 threads) each ask four
+    times a second, and one reading serves them all."""
 
     program: str = "nvidia-smi"
     timeout_s: float = 10.0
+    reuse_s: float = 0.2
+    _recent: dict[str, tuple[float, Optional[tuple[int, int]]]] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def _query(self, device: str, query: str) -> Optional[str]:
         ident = physical_id(device)
@@ -128,8 +133,13 @@ class SmiReader:
         return out.stdout if out.returncode == 0 else None
 
     def device_memory(self, device: str) -> Optional[tuple[int, int]]:
-        text = self._query(device, "--query-gpu=memory.used,memory.total")
-        return parse_memory_csv(text) if text is not None else None
+        with self._lock:  # one reading at a time: the others then find it fresh
+            at, found = self._recent.get(device, (-1.0, None))
+            if time.monotonic() - at > self.reuse_s:
+                text = self._query(device, "--query-gpu=memory.used,memory.total")
+                found = parse_memory_csv(text) if text is not None else None
+                self._recent[device] = (time.monotonic(), found)
+            return found
 
     def process_memory(self, device: str) -> Optional[dict[int, int]]:
         text = self._query(device, "--query-compute-apps=pid,used_memory")
@@ -439,10 +449,10 @@ class Ledger:
 
     def _try(self, token: str, key: str) -> Optional[Admission]:
         """One attempt, under the flock: the entry is written before another process can look."""
+        memory = self.reader.device_memory(self.device)  # before the flock: a reading may take 50 ms
         with self._locked():
             live = self._live()
             footprint = self._footprint(key)
-            memory = self.reader.device_memory(self.device)
             if memory is None:
                 need, fits = 0, True  # the driver does not say: nothing to admit by (logged by the caller)
             else:

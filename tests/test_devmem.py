@@ -250,7 +250,9 @@ def test_the_nvidia_smi_reader_asks_for_the_physical_gpu(tmp_path, monkeypatch):
     reader = devmem.SmiReader(str(smi))
     assert reader.device_memory("cuda:1") == (1523 * MIB, 143771 * MIB)
     assert reader.process_memory("cuda") == {4012: 1024 * MIB, 4013: 517 * MIB}
+    assert reader.device_memory("cuda:1") == (1523 * MIB, 143771 * MIB)  # read 0.2 s ago: not asked again
     lines = args.read_text().splitlines()
+    assert len(lines) == 2
     assert lines[0].endswith("--format=csv,noheader,nounits -i 1") and lines[1].endswith("-i 3")
     assert devmem.SmiReader(str(tmp_path / "absent")).device_memory("cuda:0") is None
 
