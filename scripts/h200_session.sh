@@ -32,6 +32,15 @@ skel)  # issue #20: the oracle-region skeletons against eager and torch.compile,
     --target triton --jobs 12 --iters 30 --out /tmp/kwout/skeleton-speed-h200.md "${@:2}" \
     > /tmp/kwout/skeleton-speed.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
+gemm)  # issue #20: the Triton GEMM skeletons (oracle epilogue) against eager and torch.compile, with
+  # their TF32 counterfactual, detached, from a copy of its own (/tmp/kwg)
+  bash "$0" copy /tmp/kwg
+  cd /tmp/kwg
+  PYTHONPATH=/tmp/site:/tmp/kwg setsid nohup python3 benchmarks/gemm_check.py --device cuda --iters 30 \
+    --out /tmp/kwout/gemm-check-h200.md builtin/L1/10_matmul builtin/L2/01_linear_gelu_scale \
+    builtin/L2/10_linear_bias_hardswish_clamp builtin/L3/01_mlp_block builtin/L3/07_two_expert_mixture \
+    examples/gemm_bias_gelu.py tests/fixtures/tasks/bmm_relu_fp16.py > /tmp/kwout/gemm-check.log 2>&1 < /dev/null &
+  disown -a; sleep 2; echo started ;;
 search)  # issue #17: zero_shot+scaffold vs search, CUDA and Triton on the GPU, side by side; with them
   # (issue #19) plain copies of the references timed on the same GPU. `search cpp` adds C++ on the
   # host's CPU (on 2026-12-02 all three with the scaffold check oversubscribed the 16 cores)
@@ -77,10 +86,10 @@ start)
   disown -a; sleep 2; echo started ;;
 poll)  # wait up to $2 seconds for the detached jobs, printing where they are
   end=$((SECONDS + ${2:-300}))
-  while [ $SECONDS -lt $end ] && pgrep -f "[k]ernelwright.cli.main (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing|[s]keleton_speed" > /dev/null; do sleep 10; done
+  while [ $SECONDS -lt $end ] && pgrep -f "[k]ernelwright.cli.main (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing|[s]keleton_speed|[g]emm_check" > /dev/null; do sleep 10; done
   for f in /tmp/kwout/*.log; do echo "== $f"; tail -c 1500 "$f" | tr '\r' '\n' | tail -n 8; done
   for t in cuda triton cpp; do [ -f /tmp/st/$t/cells.jsonl ] && echo "$t cells: $(wc -l < /tmp/st/$t/cells.jsonl)"; done
-  pgrep -fa "[k]ernelwright.cli.main (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing|[s]keleton_speed" | cut -c1-120 ;;
+  pgrep -fa "[k]ernelwright.cli.main (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing|[s]keleton_speed|[g]emm_check" | cut -c1-120 ;;
 pool)  # the throughput benchmark's pool pass, detached, on a quiet machine (nothing else running)
   cd /tmp/kwb
   PYTHONPATH=/tmp/site:/tmp/kwb setsid nohup python3 benchmarks/eval_throughput.py --set gpu --device cuda \

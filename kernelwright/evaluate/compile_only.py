@@ -16,8 +16,8 @@ torch's CUDA build generates, supplied by `cmake_macros_shim`.
 
 from __future__ import annotations
 
-import hashlib
 import glob
+import hashlib
 import inspect
 import logging
 import os

@@ -18,7 +18,7 @@ calls below run in that context. Tensors are made from the raw pointer through
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 

@@ -23,10 +23,11 @@ import threading
 
 from kernelwright.child import ChildTimeout, run_json_child
 from kernelwright.records import Task
+from kernelwright.scaffold.compose import write
 from kernelwright.scaffold.grammar import region_grammar
 from kernelwright.scaffold.planner_job import PlanBatch, PlanJob
 from kernelwright.scaffold.precheck import Counterexample, PrecheckResult, PrecheckStatus, precheck, precheck_many
-from kernelwright.scaffold.skeleton import default_launch, launch_variants, shared_programs, with_launch, write
+from kernelwright.scaffold.skeleton import default_launch, launch_variants, shared_programs, with_launch
 from kernelwright.scaffold.splice import assemble
 from kernelwright.scaffold.types import (
     BEGIN,

@@ -29,7 +29,7 @@ def plan_one(job) -> dict:
     import torch
 
     from kernelwright.measure.draw import draw_inputs, seed_all
-    from kernelwright.scaffold.plan import plan
+    from kernelwright.scaffold.compose import plan
 
     try:
         module = load_task_module(job.source, job.path or f"<{job.task_id}>", "kernelwright_scaffold_task")

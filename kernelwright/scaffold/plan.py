@@ -62,22 +62,20 @@ class _Fused:
 _FUSED = _Fused()
 
 
-def plan(task_id: str, module: Any, model: nn.Module, inputs: Sequence[Any], source: str) -> ScaffoldPlan:
-    """The scaffold plan for ``model`` (built from ``module``'s ``Model``) on ``inputs``."""
+def plan_segment(task_id: str, module: Any, model: nn.Module, inputs: Sequence[Any],
+                 source: str) -> tuple[ScaffoldPlan, set[str], dict[str, Any]]:
+    """The plan of the best elementwise/row segment for ``model`` (built from ``module``'s ``Model``)
+    on ``inputs``, the fx nodes it covers, and the traced values (compose.plan adds the GEMM
+    alternative on top)."""
     try:
         gm, graph = trace_fx(model, inputs)
     except Exception as e:  # control flow on shapes etc.: no graph to rewrite
         first = (str(e).strip().splitlines() or [""])[0][:160]
         return _none(task_id, f"forward does not trace with torch.fx ({type(e).__name__}: {first}); "
-                              "the model writes the whole program")
+                              "the model writes the whole program"), set(), {}
     values = _run_keeping_values(gm, inputs)
     result, covered = _plan_segment(task_id, module, model, gm, graph, values, source)
-    # The GEMM alternative (Triton's skeleton takes the GEMM into the kernel): planned on its own
-    # trace, as _rewrite has changed this one; a failure there leaves today's plan as it is.
-    from kernelwright.scaffold.gemm_plan import plan_gemm
-
-    result.gemm = plan_gemm(task_id, module, model, inputs, values, source, covered)
-    return result
+    return result, covered, values
 
 
 def _plan_segment(task_id: str, module: Any, model: nn.Module, gm: fx.GraphModule, graph: OpGraph,

@@ -79,17 +79,13 @@ def _kw_bcast(t, shape):
 '''
 
 
-def write(plan: ScaffoldPlan, target: str) -> Scaffold:
-    plan = plan.for_target(target)  # Triton takes a GEMM into the kernel where the planner found one
+def write_segment(plan: ScaffoldPlan, target: str) -> Scaffold:
+    """The skeleton of a plan's elementwise/row segment for `target` (compose.write dispatches; the
+    GEMM layout's skeleton is gemm_skeleton.py, which builds on this module's helpers)."""
     if not plan.available or plan.segment is None:
         return Scaffold(task_id=plan.task_id, target=target, available=False, reason=plan.reason)
-    seg = plan.segment
-    if seg.kind == SegmentKind.GEMM:
-        from kernelwright.scaffold.gemm_skeleton import write_triton_gemm
-
-        return write_triton_gemm(plan, seg)
     writer = {"cuda": _cuda, "cpp": _cpp, "triton": _triton}[target]
-    return writer(plan, seg)
+    return writer(plan, plan.segment)
 
 
 # ---- launch settings -----------------------------------------------------------------------------
