@@ -392,23 +392,21 @@ def _sigkill(pid: int) -> None:
         pass
 
 
-def _parents() -> dict[int, int]:
-    out = {}
+def children_map() -> dict[int, list[int]]:
+    """ppid -> pids, from one pass over /proc (callers with several roots pass it to `descendants`)."""
+    children: dict[int, list[int]] = {}
     for stat in glob.glob("/proc/[0-9]*/stat"):
         try:
             with open(stat, "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            out[int(stat.split("/")[2])] = int(fields[1])
+                fields = f.read().rsplit(b")", 1)[1].split()  # the name in parentheses may hold spaces
+            children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
         except (OSError, IndexError, ValueError):
-            continue
-    return out
+            continue  # gone meanwhile
+    return children
 
 
-def descendants(root: int) -> list[int]:
-    parents = _parents()
-    children: dict[int, list[int]] = {}
-    for pid, ppid in parents.items():
-        children.setdefault(ppid, []).append(pid)
+def descendants(root: int, children: Optional[dict[int, list[int]]] = None) -> list[int]:
+    children = children_map() if children is None else children
     out, todo = [], [root]
     while todo:
         for child in children.get(todo.pop(), []):

@@ -42,12 +42,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Protocol
+from typing import Any, Iterator, Optional, Protocol
 
+from kernelwright.confine import Cgroup, children_map, descendants
 from kernelwright.device import _open, device_key, lock_dir
-
-if TYPE_CHECKING:
-    from kernelwright.confine import Cgroup
 
 log = logging.getLogger(__name__)
 
@@ -231,34 +229,6 @@ def sampler() -> Optional[Sampler]:
 # ---------------------------------------------------------------------------- the sampler
 
 
-def children_map() -> dict[int, list[int]]:
-    """ppid -> pids, from one pass over /proc."""
-    out: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue  # gone meanwhile
-        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])  # the name in parentheses may hold spaces
-        out.setdefault(ppid, []).append(int(name))
-    return out
-
-
-def process_tree(root: int, children: Optional[dict[int, list[int]]] = None) -> set[int]:
-    """`root` and its descendants now."""
-    children = children_map() if children is None else children
-    seen, todo = {root}, [root]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in seen:
-                seen.add(child)
-                todo.append(child)
-    return seen
-
-
 @dataclass
 class Watch:
     """One evaluation's processes on one device, and the largest sum of their memory seen."""
@@ -272,7 +242,7 @@ class Watch:
     def pids(self, children: Optional[dict[int, list[int]]]) -> set[int]:
         if self.cgroup is not None:
             return self.cgroup.pids()
-        return process_tree(self.root_pid, children)
+        return {self.root_pid, *descendants(self.root_pid, children)}
 
 
 class Sampler:

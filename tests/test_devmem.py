@@ -285,7 +285,6 @@ def test_the_sampler_sums_an_evaluations_process_tree_and_keeps_its_peak():
     finally:
         worker.kill()
         worker.wait()
-    assert devmem.process_tree(os.getpid()) >= {os.getpid()}
 
 
 class Everyone(Driver):

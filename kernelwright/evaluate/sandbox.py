@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from kernelwright import confine, devmem
-from kernelwright.records import Confinement, JudgeResult, SandboxJob
+from kernelwright.records import Confinement, EvalJob, JudgeResult, SandboxJob
 
 log = logging.getLogger(__name__)
 
@@ -285,9 +285,10 @@ def run_spawned(sp: Spawned, job: SandboxJob, *, timeout: float) -> SandboxOutco
     except (BrokenPipeError, OSError):
         pass  # the child died at once; its exit status tells the story
     timed_out = False
-    device = getattr(job, "device", "cpu")  # a build job has none: it runs on the CPU
-    sampler = devmem.sampler() if device.startswith("cuda") and not getattr(job, "compile_only", False) else None
-    watching = (sampler.watch(device, proc.pid, sp.box.cgroup) if sampler is not None
+    # a build job runs on the CPU; compile-only and prebuild jobs say device cpu (records.EvalJob)
+    on_gpu = isinstance(job, EvalJob) and job.device.startswith("cuda") and not job.compile_only
+    sampler = devmem.sampler() if on_gpu else None
+    watching = (sampler.watch(job.device, proc.pid, sp.box.cgroup) if sampler is not None
                 else contextlib.nullcontext())
     with watching as watch:
         try:

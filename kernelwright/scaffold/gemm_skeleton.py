@@ -28,6 +28,7 @@ from kernelwright.scaffold.skeleton import (
     PY_DTYPES,
     _marked,
     _scaffold,
+    extra_shaping,
     math_line,
 )
 from kernelwright.scaffold.types import KernelArg, Scaffold, ScaffoldPlan, Segment
@@ -158,17 +159,10 @@ def _wrapper(seg: Segment) -> str:
         lines += [f"    shape = tuple(kw_a.shape[:-1]) + ({n},)",
                   "    kw_a = kw_a.reshape(-1, kw_a.shape[-1])  # leading dims fold into M (a view where they can)"]
         if spec.b_transposed:
-            lines.append("    kw_b = kw_b.t()  # [N, K] weight as [K, N]: a view, read through its strides")
+            lines.append("    kw_b = kw_b.t()  # [N, K] weight as [K, N]: a view (kw_launch makes it row-major)")
     if spec.bias is not None:
         lines.append("    kw_bias = kw_bias.contiguous()")
-    for a in seg.extras:
-        if a.pattern == "same":
-            lines.append(f"    {a.name} = {a.name}.contiguous()")
-            lines.append(f"    assert {a.name}.shape == shape, 'kw_fused: {a.name} must be shaped like the output'")
-        elif a.pattern == "scalar":
-            lines.append(f"    {a.name} = {a.name}.reshape(1).contiguous()")
-        else:
-            lines.append(f"    {a.name}, {a.name}_inner, {a.name}_span = _kw_bcast({a.name}, shape)")
+    lines += extra_shaping(seg.extras, "shape", "the output")
     lines.append(f"    return kw_launch({', '.join(gemm_params + _extra_params(seg) + ['shape'])})")
     return "\n".join(lines) + "\n"
 

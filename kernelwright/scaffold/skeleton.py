@@ -156,19 +156,28 @@ def _ext_name(plan: ScaffoldPlan, target: str) -> str:
     return f"kw_{slug}_{target}_{digest}"
 
 
+def extra_shaping(extras: list[KernelArg], shape: str, like: str) -> list[str]:
+    """`kw_fused`'s lines that shape each extra input for the kernel: contiguous when shaped like
+    `like` (whose shape is the expression `shape`), one value when a scalar, else flat with its
+    broadcast pattern (`_kw_bcast`)."""
+    lines = []
+    for a in extras:
+        if a.pattern == "same":
+            lines.append(f"    {a.name} = {a.name}.contiguous()")
+            lines.append(f"    assert {a.name}.shape == {shape}, 'kw_fused: {a.name} must be shaped like {like}'")
+        elif a.pattern == "scalar":
+            lines.append(f"    {a.name} = {a.name}.reshape(1).contiguous()")
+        else:
+            lines.append(f"    {a.name}, {a.name}_inner, {a.name}_span = _kw_bcast({a.name}, shape)")
+    return lines
+
+
 def _wrapper(seg: Segment, call: str) -> str:
     """Python `kw_fused(x, *extras)`: shapes extras for the kernel, calls it, shapes the output."""
     extras = seg.extras
     params = ", ".join(["x"] + [a.name for a in extras])
     lines = [f"def kw_fused({params}):", "    x = x.contiguous()", "    shape = tuple(x.shape)"]
-    for a in extras:
-        if a.pattern == "same":
-            lines.append(f"    {a.name} = {a.name}.contiguous()")
-            lines.append(f"    assert {a.name}.shape == x.shape, 'kw_fused: {a.name} must be shaped like x'")
-        elif a.pattern == "scalar":
-            lines.append(f"    {a.name} = {a.name}.reshape(1).contiguous()")
-        else:
-            lines.append(f"    {a.name}, {a.name}_inner, {a.name}_span = _kw_bcast({a.name}, shape)")
+    lines += extra_shaping(extras, "x.shape", "x")
     if seg.kind == SegmentKind.ROW:
         lines.append(f"    cols = math.prod(shape[len(shape) - {seg.row_dims}:])")
         if seg.per_row_output:
