@@ -8,8 +8,11 @@ set -u
 source scripts/device_env.sh
 MODEL=/tmp/kwcache/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 case "${1:-}" in
-chunk)  # `chunk cNN`: one chunk of the model, carried as .carry/cNN (`split -b 58M -d -a 2 MODEL.gguf
-  # .carry/c`), in order; named, since chunks carried by earlier calls may still lie there
+chunk)  # `chunk dNN`: one chunk of the model, carried as .carry/dNN, in order; named, since chunks
+  # carried by earlier calls may still lie there. A call carries at most 64 MiB with the tree (7.5
+  # MiB): `head -c 48M MODEL > .carry/d00` (it travels with .whl), then `tail -c +$((48*1048576+1))
+  # MODEL | split -b 55M -d -a 2 --numeric-suffixes=1 - .carry/d`. 2026-12-03: the last chunk,
+  # `place`, `side` and `poll 400` in one call; both studies ended in 8.5 minutes
   cat ".carry/$2" >> /tmp/q15.gguf && ls -la /tmp/q15.gguf ;;
 place)  # the model arrives in chunks appended to /tmp/q15.gguf; dequantised once here, so that the
   # studies started next do not each dequantise it at once

@@ -174,7 +174,8 @@ def _launcher(seg: Segment) -> str:
     lines = [f"def kw_launch({', '.join(gemm_params + _extra_params(seg) + ['shape'])}):",
              # H200, 2026-12-03: the fp32 skeletons that read B transposed (nn.Linear's W^T) ran at
              # 0.47-0.64x eager, the row-major lone matmul at 0.86x; a row-major copy costs one pass
-             # over the operand, small beside the GEMM's K passes
+             # over the operand, small beside the GEMM's K passes (with it, 2026-12-03b: 0.88-0.96x eager,
+             # docs/results/h200-2026-12-03b.md)
              "    if kw_a.stride(-1) != 1:",
              "        kw_a = kw_a.contiguous()  # tile loads along rows: a row-major copy",
              "    if kw_b.stride(-1) != 1:",
