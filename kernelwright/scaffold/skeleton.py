@@ -254,13 +254,26 @@ def _scaffold(plan: ScaffoldPlan, seg: Segment, target: str, program: str, kerne
                     language=language, kernel_view=kernel_view, variables=_variables(seg, target))
 
 
-def _marked(body: str, indent: str, comment: str) -> tuple[str, str]:
-    """(program text, view text) of a kernel whose region sits at PLACEHOLDER."""
+def _marked(body: str, indent: str, comment: str, view_body: Optional[str] = None) -> tuple[str, str]:
+    """(program text, view text) of a kernel whose region sits at PLACEHOLDER. `view_body`, where
+    given, is the kernel as the model is shown it (see `cuda_view`); the program is `body`."""
     program = body.replace(f"{indent}{PLACEHOLDER}",
                            f"{indent}{comment} {BEGIN}\n{indent}{PLACEHOLDER}\n{indent}{comment} {END}")
-    view = body.replace(f"{indent}{PLACEHOLDER}",
-                        f"{indent}{comment} {BEGIN}\n{indent}{comment} ... your code ...\n{indent}{comment} {END}")
+    view_body = body if view_body is None else view_body
+    view_indent = indent if f"{indent}{PLACEHOLDER}" in view_body else "    "
+    view = view_body.replace(f"{view_indent}{PLACEHOLDER}", f"{view_indent}{comment} {BEGIN}\n{view_indent}{comment} "
+                             f"... your code ...\n{view_indent}{comment} {END}")
     return program, view
+
+
+def abridge(kernel: str, first: str, last: str, summary: str) -> str:
+    """`kernel` with the lines from the one starting (stripped) with `first` to the one starting with
+    `last` replaced by `summary` (a comment line, indented like `first`'s line): for a view."""
+    lines = kernel.split("\n")
+    start = next(i for i, ln in enumerate(lines) if ln.strip().startswith(first))
+    end = next(i for i in range(start, len(lines)) if lines[i].strip().startswith(last))
+    pad = lines[start][:len(lines[start]) - len(lines[start].lstrip())]
+    return "\n".join(lines[:start] + [pad + summary] + lines[end + 1:])
 
 
 # ---- C-like kernels (CUDA and CPU C++) -----------------------------------------------------------
@@ -496,6 +509,42 @@ def cuda_kernel(seg: Segment) -> tuple[str, str, str]:
     return kernel, indent, CUDA_HELPERS
 
 
+# What the model is shown of the block reductions: what they do, not how.
+CUDA_HELPERS_VIEW = """// Reductions over the threads of one block (blockDim.x a multiple of 32, at most 1024).
+// Every thread must call them; every thread gets the result.
+__device__ float block_sum(float v);
+__device__ float block_max(float v);
+
+"""
+
+
+def cuda_view(seg: Segment) -> str:
+    """The CUDA kernel as the model is shown it: one element a thread (elementwise) or one block a
+    row reading its inputs straight from memory, with the names the region sees and nothing else.
+    The program's kernel (`cuda_kernel`) runs the same region under the same names inside launch
+    machinery a small model copies into its answer when shown it (H200, 2026-12-03: 4 of 14
+    elementwise answers assigned the vector loop's `kw_res[kw_k]` instead of `y`, leaving y = x)."""
+    params = ",\n    ".join(_c_params(seg))
+    t = C_TYPES[seg.out_dtype]
+    if seg.kind == SegmentKind.ELEMENTWISE:
+        loads = "".join(f"    const float {a.name} = static_cast<float>({a.name}_ptr[{_c_index(a, 'i')}]);\n"
+                        for a in seg.args)
+        return (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t n) {{\n"
+                "    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // this element's index\n"
+                "    if (i >= n) return;\n"
+                f"{loads}"
+                "    float y = x;\n"
+                f"    {PLACEHOLDER}\n"
+                f"    out_ptr[i] = static_cast<{t}>(y);\n}}\n")
+    loads = "".join(f"    auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>("
+                    f"{a.name}_ptr[{_c_index(a, 'row * cols + j')}]); }};\n" for a in seg.args)
+    y_decl, y_store = _row_output(seg, "    ", "if (threadIdx.x == 0) ")
+    return (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t rows, int64_t cols) {{\n"
+            "    const int64_t row = blockIdx.x;\n"
+            "    if (row >= rows) return;\n"
+            f"{loads}{y_decl}    {PLACEHOLDER}\n{y_store}}}\n")
+
+
 def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
     kernel, indent, helpers = cuda_kernel(seg)
     if seg.kind == SegmentKind.ELEMENTWISE:
@@ -520,7 +569,7 @@ def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
                   f"        {_ptr_args(seg)}, rows, cols, stage);\n"
                   "    C10_CUDA_KERNEL_LAUNCH_CHECK();\n")
     decl, host = _host(seg, "is_cuda()", launch, tuple(default_launch(seg, "cuda")))
-    kernel_prog, kernel_view = _marked(kernel, indent, "//")
+    kernel_prog, kernel_view = _marked(kernel, indent, "//", cuda_view(seg))
     # load_inline starts cuda_sources with <torch/types.h>, all the host code needs; <torch/extension.h>
     # (the whole C++ frontend and pybind11) would make nvcc take 2-3x as long (main.cpp has it)
     includes = ("#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAException.h>\n#include <math.h>\n"
@@ -530,7 +579,8 @@ def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
     kernel_part = (f'KW_CPP_SOURCE = """\n{decl}\n"""\n\nKW_CUDA_SOURCE = r"""\n{cuda_src}"""\n\n'
                    f'kw_ext = load_inline(name="{name}", cpp_sources=KW_CPP_SOURCE, cuda_sources=KW_CUDA_SOURCE,\n'
                    '                     functions=["kw_fused_impl"], extra_cuda_cflags=["-O3"], verbose=False)\n')
-    return _load_inline_scaffold(plan, seg, "cuda", kernel_part, helpers + kernel_view, indent)
+    view_helpers = CUDA_HELPERS_VIEW if helpers else ""
+    return _load_inline_scaffold(plan, seg, "cuda", kernel_part, view_helpers + kernel_view, indent)
 
 
 def cpp_kernel(seg: Segment) -> tuple[str, str]:
@@ -610,6 +660,9 @@ def _tri_loads(seg: Segment, flat: str, indent: str) -> str:
     return "\n".join(out) + "\n"
 
 
+ROW_Y_INIT = "    y = tl.sum(x * 0.0, axis=0)\n"  # a per-row y before the region: a float32 scalar
+
+
 def triton_kernel(seg: Segment) -> tuple[str, str]:
     """(`@triton.jit` kernel with PLACEHOLDER where the region goes, the region's indent): the
     skeleton's and the pre-check's."""
@@ -638,7 +691,7 @@ def triton_kernel(seg: Segment) -> tuple[str, str]:
             "    offs = tl.arange(0, BLOCK)\n"
             "    mask = offs < cols\n"
             f"{_tri_loads(seg, 'row * cols + offs', indent)}"
-            + ("    y = tl.sum(x * 0.0, axis=0)\n" if seg.per_row_output else "    y = x\n")
+            + (ROW_Y_INIT if seg.per_row_output else "    y = x\n")
             + f"{indent}{PLACEHOLDER}\n" + store), indent
 
 
@@ -659,7 +712,10 @@ def _triton(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
                   '    warps = KW_LAUNCH["warps"] or (4 if block <= 2048 else (8 if block <= 8192 else 16))\n'
                   "    kw_fused_kernel[(rows,)]({args}, out, cols, BLOCK=block, num_warps=warps)\n")
         default = "# (empty)"
-    kernel_prog, kernel_view = _marked(kernel, indent, "#")
+    # a per-row y starts as a scalar of the right type so that an empty region compiles; shown, the
+    # line was the answer (H200, 2026-12-03: 6 of 13 row answers were `y = tl.sum(x * 0.0, axis=0)`)
+    view = kernel.replace(ROW_Y_INIT, "") if seg.per_row_output else kernel
+    kernel_prog, kernel_view = _marked(kernel, indent, "#", view)
     args = ", ".join(["x"] + [p for a in seg.extras for p in
                               ([a.name, f"{a.name}_inner", f"{a.name}_span"] if a.pattern == "broadcast"
                                else [a.name])])

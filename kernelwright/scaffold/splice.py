@@ -75,31 +75,40 @@ def _out_of_whole_kernel(scaffold: Scaffold, text: str, repairs: list[str]) -> s
     lines between the last line the skeleton has before the region and the first one after it."""
     if not any(m in text for m in WHOLE_KERNEL[scaffold.language]):
         return text
-    before, after = _anchors(scaffold)
     lines = text.splitlines()
     stripped = [ln.strip() for ln in lines]
-    start = max((i for i, s in enumerate(stripped) if s == before), default=None)
-    if start is None:
-        return text
-    end = next((i for i in range(start + 1, len(lines)) if stripped[i] == after), None)
-    if end is None:
-        return text
-    repairs.append("the answer rewrote the whole kernel: took the lines where the region goes")
-    return "\n".join(lines[start + 1:end])
+    for before, after in _anchors(scaffold):
+        start = max((i for i, s in enumerate(stripped) if s == before), default=None)
+        if start is None:
+            continue
+        end = next((i for i in range(start + 1, len(lines)) if stripped[i] == after), None)
+        if end is None:
+            continue
+        repairs.append("the answer rewrote the whole kernel: took the lines where the region goes")
+        return "\n".join(lines[start + 1:end])
+    return text
 
 
-def _anchors(scaffold: Scaffold) -> tuple[str, str]:
-    """The skeleton's last line before the region and first line after it (stripped)."""
-    program = scaffold.program
-    head, _, tail = program.partition(scaffold.placeholder)
-    before = [ln.strip() for ln in head.splitlines() if ln.strip() and BEGIN not in ln]
-    after = [ln.strip() for ln in tail.splitlines() if ln.strip() and END not in ln]
-    return (before[-1] if before else ""), (after[0] if after else "")
+def _anchors(scaffold: Scaffold) -> list[tuple[str, str]]:
+    """The kernel's last line before the region and first line after it (stripped), as the model
+    was shown it (the view, which abridges launch machinery) and as the program has it."""
+    out = []
+    for text, mark in ((scaffold.kernel_view, BEGIN), (scaffold.program, scaffold.placeholder)):
+        head, _, tail = text.partition(mark)
+        head = head.rsplit("\n", 1)[0]  # the marker's own line (the view's `// ` before REGION BEGIN)
+        before = [ln.strip() for ln in head.splitlines() if ln.strip() and BEGIN not in ln]
+        after = [ln.strip() for ln in tail.splitlines()
+                 if ln.strip() and END not in ln and "... your code ..." not in ln]
+        out.append(((before[-1] if before else ""), (after[0] if after else "")))
+    return out
 
 
 def _skeleton_lines(scaffold: Scaffold) -> set[str]:
+    """The kernel's lines around the region, as shown and as in the program (the view abridges some)."""
     head, _, tail = scaffold.kernel_view.partition(BEGIN)
-    return {ln.strip() for ln in (head + tail).splitlines() if len(ln.strip()) > 3 and not ln.strip().startswith(("//", "#"))}
+    p_head, _, p_tail = scaffold.program.partition(scaffold.placeholder)
+    return {ln.strip() for ln in (head + tail + p_head + p_tail).splitlines()
+            if len(ln.strip()) > 3 and not ln.strip().startswith(("//", "#"))}
 
 
 def _drop_skeleton_lines(scaffold: Scaffold, lines: list[str], repairs: list[str]) -> list[str]:

@@ -139,6 +139,29 @@ def test_cuda_skeleton_compiles(task_id, plans, fast_cfg) -> None:
     assert result.verdict == Verdict.COMPILED, (result.verdict, result.error)
 
 
+def test_the_kernel_shown_is_the_regions_context_not_the_launch_machinery(plans) -> None:
+    # A small model copies what it is shown (H200, 2026-12-03: `kw_res[kw_k] = x + bias;` from the
+    # vector loop, `y = tl.sum(x * 0.0, axis=0)` from a row's placeholder): the view keeps the
+    # names the region reads and writes, the program keeps the machinery.
+    shown = 0
+    for task, p in plans.items():
+        for target in ("cuda", "cpp", "triton"):
+            sc = write(p, target)
+            if not sc.available or sc.segment.kind == SegmentKind.GEMM:
+                continue
+            shown += 1
+            assert set(re.findall(r"\bkw_\w+", sc.kernel_view)) <= {"kw_fused_kernel"}, (task, target)
+            assert "tl.sum(x * 0.0" not in sc.kernel_view and "REGION BEGIN" in sc.kernel_view
+            for name in filter(None, (re.match(r"`(\w+)", line) for line in sc.variables)):
+                assert re.search(rf"\b{name[1]}\b", sc.kernel_view), (task, target, name[1])
+    assert shown >= 60
+    sc = write(plans["builtin/L1/02_bias_add"], "cuda")
+    assert "kw_res[kw_k] = y;" in sc.program and "out_ptr[i] = static_cast<float>(y);" in sc.kernel_view
+    # an answer that copies the vector loop's lines around its math keeps only the math
+    got = assemble(sc, "```cuda\nconst float x = kw_lane_x[kw_k];\ny = x + bias;\nkw_res[kw_k] = y;\n```")
+    assert got.region == "y = x + bias;"
+
+
 def test_splicer_undoes_what_small_models_do(plans) -> None:
     sc = write(plans["builtin/L2/01_linear_gelu_scale"], "cuda")
     answer = ("Here is the code:\n```cpp\nfloat y = 0.5f * x * (1.0f + erff(x * 0.70710678f));\n"

@@ -1,0 +1,134 @@
+"""What the kernel view buys: region answers under the kernel shown whole and under its view.
+
+The task prompt shows the model the kernel around its region. Shown whole, the CUDA elementwise
+kernel's vector loop, the CUDA row kernel's shared-memory staging, the Triton row kernel's
+placeholder `y = tl.sum(x * 0.0, axis=0)` and the Triton GEMM's loop over K are launch machinery a
+small model copies into its answer (the H200 studies of 2026-12-03). The view (skeleton.cuda_view,
+the Triton row view without the placeholder, gemm_skeleton.gemm_view) shows the names the region
+reads and writes and nothing else. Per task and target, the scaffolded task prompt is sampled n
+times in each arm (`whole`, `view`; same seeds, search's temperature), every answer spliced and
+pre-checked (scaffold/precheck: the region's math alone, no GPU). Counts: pre-check passes,
+counterexamples, compile errors, answers that name the kernel's own `kw_` names, answers equal to
+a line of the kernel around the region.
+
+    nice -n 10 python benchmarks/view_yield.py --target cuda --n 4 --out docs/results/view-yield/cuda.jsonl
+
+Results: docs/results/view-yield.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kernelwright import prompts  # noqa: E402
+from kernelwright.evaluate import EvalConfig  # noqa: E402
+from kernelwright.llm.registry import make_backend  # noqa: E402
+from kernelwright.scaffold import SegmentKind, assemble, plan_tasks, precheck_many, skeleton  # noqa: E402
+from kernelwright.scaffold.gemm_skeleton import triton_gemm_kernel  # noqa: E402
+from kernelwright.strategies import parse_regime, search  # noqa: E402
+from kernelwright.strategies.base import RunContext  # noqa: E402
+from kernelwright.tasks import load_tasks  # noqa: E402
+
+COLUMNS = ("drawn", "pre-check pass", "counterexample", "compile error", "other", "names kw_", "a kernel line",
+           "distinct", "s/answer")
+
+
+def whole_view(sc) -> str:
+    """The kernel as the prompt showed it before views: the program's own kernel, region marked."""
+    seg = sc.segment
+    if sc.target == "cuda":
+        kernel, indent, helpers = skeleton.cuda_kernel(seg)
+        return helpers + skeleton._marked(kernel, indent, "//")[1]
+    if seg.kind == SegmentKind.GEMM:
+        kernel, indent = triton_gemm_kernel(seg)
+    else:
+        kernel, indent = skeleton.triton_kernel(seg)
+    return skeleton._marked(kernel, indent, "#")[1]
+
+
+def classify(sc, plan, regions: list[str]) -> Counter:
+    c: Counter = Counter(drawn=len(regions))
+    kernel_lines = {ln.strip() for ln in whole_view(sc).splitlines() if len(ln.strip()) > 3}
+    for r in regions:
+        c["names kw_"] += bool(re.search(r"\bkw_\w+", r))
+        c["a kernel line"] += r.strip() in kernel_lines
+    c["distinct"] = len({re.sub(r"\s+", " ", r).strip() for r in regions if r.strip()})
+    checkable = [r for r in regions if r.strip()]
+    for check in precheck_many(plan, sc.target, checkable) if checkable else []:
+        status = check.status.value
+        key = {"pass": "pre-check pass", "counterexample": "counterexample", "compile_error": "compile error"}
+        c[key.get(status, "other")] += 1
+    c["other"] += len(regions) - len(checkable)
+    return c
+
+
+def row(name: str, c: Counter, seconds: float) -> str:
+    return (f"| {name} | " + " | ".join(str(c[k]) for k in COLUMNS[:-1])
+            + f" | {seconds / max(1, c['drawn']):.1f} |")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", choices=("cuda", "triton"), required=True)
+    ap.add_argument("--n", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-tokens", type=int, default=384)
+    ap.add_argument("--model", default="gguf:qwen2.5-coder-1.5b")
+    ap.add_argument("--kinds", default="elementwise,row,gemm", help="segment kinds to sample")
+    ap.add_argument("--out", type=Path, default=None, help="also write every answer here (JSONL)")
+    args = ap.parse_args()
+    tasks = load_tasks("builtin")
+    plans = dict(zip([t.id for t in tasks], plan_tasks(tasks)))
+    backend = make_backend(args.model)
+    kinds = set(args.kinds.split(","))
+    totals = {arm: Counter() for arm in ("whole", "view")}
+    seconds = {arm: 0.0 for arm in totals}
+    lines = []
+    for task in tasks:
+        config = parse_regime("search", target=args.target, scaffold=True, seed=args.seed, max_tokens=args.max_tokens)
+        ctx = RunContext(task=task, backend=backend, config=config, eval_config=EvalConfig(device="cpu"),
+                         cell_key="view-yield")
+        sc = ctx.scaffold()
+        if sc is None or sc.segment.kind.value not in kinds:
+            continue
+        if sc.kernel_view == whole_view(sc):
+            continue  # the view is the kernel itself: nothing to compare
+        for arm in ("whole", "view"):
+            shown = sc if arm == "view" else sc.model_copy(update={"kernel_view": whole_view(sc)})
+            ctx._scaffold = shown
+            request = ctx._request(ctx.messages(prompts.render("task", **search.prompt_vars(ctx))), args.n,
+                                   search.DEFAULT_TEMPERATURE, args.max_tokens, args.seed)
+            started = time.monotonic()
+            comps = backend.generate([request])[0]
+            took = time.monotonic() - started
+            regions = [assemble(shown, comp.text).region for comp in comps]
+            if args.out is not None:
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                with args.out.open("a") as f:
+                    for i, (comp, reg) in enumerate(zip(comps, regions)):
+                        f.write(json.dumps({"task_id": task.id, "target": args.target, "arm": arm, "sample": i,
+                                            "text": comp.text, "region": reg}) + "\n")
+            c = classify(sc, plans[task.id], regions)
+            totals[arm].update(c)
+            seconds[arm] += took
+            lines.append(row(f"{task.id.split('/', 1)[1]} ({sc.segment.kind.value}) {arm}", c, took))
+            print(lines[-1], flush=True)
+    print(f"\n{args.target}, n={args.n}, seed {args.seed}, temperature {search.DEFAULT_TEMPERATURE}\n")
+    print("| task, arm | " + " | ".join(COLUMNS) + " |")
+    print("|---|" + "---|" * len(COLUMNS))
+    print("\n".join(lines))
+    for arm in totals:
+        print(row(f"**all, {arm}**", totals[arm], seconds[arm]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
