@@ -136,7 +136,8 @@ def test_the_prompt_says_what_the_region_reads(plans) -> None:
     assert f"{GEMM_HEADER}\n# x = self.linear(x)\ngelu = " in text and "self.linear = Linear(in_features=200" in text
     assert "the GEMM's result, `x = self.linear(x)` above, its bias included" in text
     assert "a BLOCK_M x BLOCK_N tile of the output" in text and "accumulated in fp32" in text
-    assert "REGION BEGIN" in text and "the loop over K leaves this program's BLOCK_M x BLOCK_N tile" in text
+    assert "REGION BEGIN" in text and "the loop over K computes this program's BLOCK_M x BLOCK_N tile" in text
+    assert "kw_acc" not in sc.kernel_view and "# x: that tile\n    y = x\n" in sc.kernel_view
     # shown abridged (a small model answered `y = x` to the whole loop), run whole
     assert "tl.dot(" not in text and "@triton.autotune" not in text and "tl.dot(" in sc.program
 
