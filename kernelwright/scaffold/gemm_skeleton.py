@@ -220,8 +220,9 @@ def gemm_view(kernel: str, seg: Segment) -> str:
     they leave behind (H200, 2026-12-03: shown whole, 3 of 5 epilogue answers were `y = x`)."""
     spec = seg.gemm
     assert spec is not None
-    # the accumulator is not named: answers that use it are right in the program and undefined in the
-    # pre-check, which runs the epilogue on x (a first view that named kw_acc: 3 of 20 answers did)
+    # the accumulator is not named: a first view that said "in kw_acc" and kept `x = kw_acc` drew 7 of
+    # 20 answers naming the kernel's kw_ variables (undefined where the pre-check runs the epilogue
+    # on x), passes 3 -> 1 (docs/results/view-yield.md)
     main = seg.main.name
     last = "kw_acc = kw_acc + kw_bias" if spec.bias is not None else "kw_b += BLOCK_K"
     view = abridge(kernel, "kw_rm = ", last, "# ... the loop over K computes this program's BLOCK_M x BLOCK_N tile of "
