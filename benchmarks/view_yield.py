@@ -83,13 +83,15 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=384)
     ap.add_argument("--model", default="gguf:qwen2.5-coder-1.5b")
     ap.add_argument("--kinds", default="elementwise,row,gemm", help="segment kinds to sample")
+    ap.add_argument("--tasks", default="", help="comma-separated task ids (default: every task of those kinds)")
+    ap.add_argument("--arms", default="whole,view")
     ap.add_argument("--out", type=Path, default=None, help="also write every answer here (JSONL)")
     args = ap.parse_args()
     tasks = load_tasks("builtin")
     plans = dict(zip([t.id for t in tasks], plan_tasks(tasks)))
     backend = make_backend(args.model)
     kinds = set(args.kinds.split(","))
-    totals = {arm: Counter() for arm in ("whole", "view")}
+    totals = {arm: Counter() for arm in args.arms.split(",")}
     seconds = {arm: 0.0 for arm in totals}
     lines = []
     for task in tasks:
@@ -97,11 +99,11 @@ def main() -> int:
         ctx = RunContext(task=task, backend=backend, config=config, eval_config=EvalConfig(device="cpu"),
                          cell_key="view-yield")
         sc = ctx.scaffold()
-        if sc is None or sc.segment.kind.value not in kinds:
+        if sc is None or sc.segment.kind.value not in kinds or (args.tasks and task.id not in args.tasks.split(",")):
             continue
         if sc.kernel_view == whole_view(sc):
             continue  # the view is the kernel itself: nothing to compare
-        for arm in ("whole", "view"):
+        for arm in totals:
             shown = sc if arm == "view" else sc.model_copy(update={"kernel_view": whole_view(sc)})
             ctx._scaffold = shown
             request = ctx._request(ctx.messages(prompts.render("task", **search.prompt_vars(ctx))), args.n,

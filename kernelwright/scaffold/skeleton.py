@@ -509,12 +509,12 @@ def cuda_kernel(seg: Segment) -> tuple[str, str, str]:
     return kernel, indent, CUDA_HELPERS
 
 
-# What the model is shown of the block reductions: what they do, not how.
-CUDA_HELPERS_VIEW = """// Reductions over the threads of one block (blockDim.x a multiple of 32, at most 1024).
-// Every thread must call them; every thread gets the result.
-__device__ float block_sum(float v);
-__device__ float block_max(float v);
-
+# What the model is shown of the block reductions: what they do, not how. Not as declarations: shown
+# `__device__ float block_sum(float v);`, half of the 1.5B model's row answers wrote the bodies
+# (docs/results/view-yield.md); shown the bodies, one called the warp helper inside them.
+CUDA_HELPERS_VIEW = """// block_sum(v) and block_max(v) are defined above the kernel: each reduces v over the threads of
+// one block (blockDim.x a multiple of 32, at most 1024); every thread must call them, and every
+// thread gets the result.
 """
 
 
