@@ -25,6 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from arm_table import ArmTable  # noqa: E402
+
 from kernelwright import prompts  # noqa: E402
 from kernelwright.evaluate import EvalConfig  # noqa: E402
 from kernelwright.llm.base import Completion  # noqa: E402
@@ -73,10 +75,9 @@ def classify(sc, plan, grammar: str, comps: list[Completion]) -> Counter:
     return c
 
 
-def row(name: str, c: Counter, seconds: float) -> str:
-    cells = [str(c[k]) for k in COLUMNS[:-2]]
-    cells += [f"{seconds / max(1, c['drawn']):.1f}", f"{c['tokens'] / max(1, c['drawn']):.0f}"]
-    return f"| {name} | " + " | ".join(cells) + " |"
+def cells(c: Counter, seconds: float) -> list[str]:
+    return [str(c[k]) for k in COLUMNS[:-2]] + [f"{seconds / max(1, c['drawn']):.1f}",
+                                                f"{c['tokens'] / max(1, c['drawn']):.0f}"]
 
 
 def main() -> int:
@@ -94,9 +95,7 @@ def main() -> int:
     plans = dict(zip([t.id for t in tasks], plan_tasks(tasks)))
     backend = make_backend(args.model)
     arms = args.arms.split(",")
-    totals = {arm: Counter() for arm in arms}
-    seconds = {arm: 0.0 for arm in arms}
-    lines = []
+    table = ArmTable(COLUMNS, cells)
     for task in tasks:
         for arm in arms:
             spec = "search" if arm != "grammar" else "search+grammar"
@@ -122,16 +121,8 @@ def main() -> int:
                         f.write(json.dumps({"task_id": task.id, "arm": arm, "sample": i, "text": comp.text,
                                             "finish_reason": comp.finish_reason,
                                             "region": assemble(sc, comp.text).region}) + "\n")
-            c = classify(sc, plans[task.id], grammar, comps)
-            totals[arm].update(c)
-            seconds[arm] += took
-            lines.append(row(f"{task.id.split('/', 1)[1]} {arm}", c, took))
-            print(lines[-1], flush=True)
-    print("\n| task, arm | " + " | ".join(COLUMNS) + " |")
-    print("|---|" + "---|" * len(COLUMNS))
-    print("\n".join(lines))
-    for arm in totals:
-        print(row(f"**all, {arm}**", totals[arm], seconds[arm]))
+            table.add(task.id.split("/", 1)[1], arm, classify(sc, plans[task.id], grammar, comps), took)
+    print("\n" + table.render())
     return 0
 
 

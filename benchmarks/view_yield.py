@@ -28,6 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from arm_table import ArmTable  # noqa: E402
+
 from kernelwright import prompts  # noqa: E402
 from kernelwright.evaluate import EvalConfig  # noqa: E402
 from kernelwright.llm.registry import make_backend  # noqa: E402
@@ -70,9 +72,8 @@ def classify(sc, plan, regions: list[str]) -> Counter:
     return c
 
 
-def row(name: str, c: Counter, seconds: float) -> str:
-    return (f"| {name} | " + " | ".join(str(c[k]) for k in COLUMNS[:-1])
-            + f" | {seconds / max(1, c['drawn']):.1f} |")
+def cells(c: Counter, seconds: float) -> list[str]:
+    return [str(c[k]) for k in COLUMNS[:-1]] + [f"{seconds / max(1, c['drawn']):.1f}"]
 
 
 def main() -> int:
@@ -91,9 +92,7 @@ def main() -> int:
     plans = dict(zip([t.id for t in tasks], plan_tasks(tasks)))
     backend = make_backend(args.model)
     kinds = set(args.kinds.split(","))
-    totals = {arm: Counter() for arm in args.arms.split(",")}
-    seconds = {arm: 0.0 for arm in totals}
-    lines = []
+    table = ArmTable(COLUMNS, cells)
     for task in tasks:
         config = parse_regime("search", target=args.target, scaffold=True, seed=args.seed, max_tokens=args.max_tokens)
         ctx = RunContext(task=task, backend=backend, config=config, eval_config=EvalConfig(device="cpu"),
@@ -103,7 +102,7 @@ def main() -> int:
             continue
         if sc.kernel_view == whole_view(sc):
             continue  # the view is the kernel itself: nothing to compare
-        for arm in totals:
+        for arm in args.arms.split(","):
             shown = sc if arm == "view" else sc.model_copy(update={"kernel_view": whole_view(sc)})
             ctx._scaffold = shown
             request = ctx._request(ctx.messages(prompts.render("task", **search.prompt_vars(ctx))), args.n,
@@ -118,17 +117,10 @@ def main() -> int:
                     for i, (comp, reg) in enumerate(zip(comps, regions)):
                         f.write(json.dumps({"task_id": task.id, "target": args.target, "arm": arm, "sample": i,
                                             "text": comp.text, "region": reg}) + "\n")
-            c = classify(sc, plans[task.id], regions)
-            totals[arm].update(c)
-            seconds[arm] += took
-            lines.append(row(f"{task.id.split('/', 1)[1]} ({sc.segment.kind.value}) {arm}", c, took))
-            print(lines[-1], flush=True)
+            table.add(f"{task.id.split('/', 1)[1]} ({sc.segment.kind.value})", arm,
+                      classify(sc, plans[task.id], regions), took)
     print(f"\n{args.target}, n={args.n}, seed {args.seed}, temperature {search.DEFAULT_TEMPERATURE}\n")
-    print("| task, arm | " + " | ".join(COLUMNS) + " |")
-    print("|---|" + "---|" * len(COLUMNS))
-    print("\n".join(lines))
-    for arm in totals:
-        print(row(f"**all, {arm}**", totals[arm], seconds[arm]))
+    print(table.render())
     return 0
 
 

@@ -260,7 +260,7 @@ def _marked(body: str, indent: str, comment: str, view_body: Optional[str] = Non
     program = body.replace(f"{indent}{PLACEHOLDER}",
                            f"{indent}{comment} {BEGIN}\n{indent}{PLACEHOLDER}\n{indent}{comment} {END}")
     view_body = body if view_body is None else view_body
-    view_indent = indent if f"{indent}{PLACEHOLDER}" in view_body else "    "  # views hold it at one level
+    view_indent = re.search(rf"^([ \t]*){PLACEHOLDER}", view_body, re.M)[1]  # a view may indent it otherwise
     view = view_body.replace(f"{view_indent}{PLACEHOLDER}", f"{view_indent}{comment} {BEGIN}\n{view_indent}{comment} "
                              f"... your code ...\n{view_indent}{comment} {END}")
     return program, view

@@ -89,26 +89,37 @@ def _out_of_whole_kernel(scaffold: Scaffold, text: str, repairs: list[str]) -> s
     return text
 
 
-def _anchors(scaffold: Scaffold) -> list[tuple[str, str]]:
-    """The kernel's last line before the region and first line after it (stripped), as the model
-    was shown it (the view, which abridges launch machinery) and as the program has it."""
-    out = []
+def _kernel_sides(scaffold: Scaffold) -> list[tuple[list[str], list[str]]]:
+    """The kernel's lines before and after the region (stripped), as the model was shown it (the
+    view, which abridges launch machinery) and as the program has it: from the kernel's signature to
+    its end only, so the program's other lines (the task's constants, the host code) are not the
+    kernel's."""
+    sides = []
     for text, mark in ((scaffold.kernel_view, BEGIN), (scaffold.program, scaffold.placeholder)):
         head, _, tail = text.partition(mark)
-        head = head.rsplit("\n", 1)[0]  # the marker's own line (the view's `// ` before REGION BEGIN)
-        before = [ln.strip() for ln in head.splitlines() if ln.strip() and BEGIN not in ln]
-        after = [ln.strip() for ln in tail.splitlines()
-                 if ln.strip() and END not in ln and "... your code ..." not in ln]
+        before = head.split("\n")[:-1]  # without the marker's own line (the view's `// ` before REGION BEGIN)
+        before = before[max((i for i, ln in enumerate(before) if "kw_fused_kernel(" in ln), default=0):]
+        after = tail.split("\n")[1:]
+        # the kernel ends at its first line back at column 0 (C's closing brace; Python's next statement)
+        end = next((i for i, ln in enumerate(after) if ln[:1].strip() and not ln.startswith("#pragma")), len(after))
+        sides.append(([ln.strip() for ln in before], [ln.strip() for ln in after[:end + 1]]))
+    return sides
+
+
+def _anchors(scaffold: Scaffold) -> list[tuple[str, str]]:
+    """The kernel's last line before the region and first line after it, shown and in the program."""
+    out = []
+    for before, after in _kernel_sides(scaffold):
+        before = [ln for ln in before if ln and BEGIN not in ln]
+        after = [ln for ln in after if ln and END not in ln and "... your code ..." not in ln]
         out.append(((before[-1] if before else ""), (after[0] if after else "")))
     return out
 
 
 def _skeleton_lines(scaffold: Scaffold) -> set[str]:
     """The kernel's lines around the region, as shown and as in the program (the view abridges some)."""
-    head, _, tail = scaffold.kernel_view.partition(BEGIN)
-    p_head, _, p_tail = scaffold.program.partition(scaffold.placeholder)
-    return {ln.strip() for ln in (head + tail + p_head + p_tail).splitlines()
-            if len(ln.strip()) > 3 and not ln.strip().startswith(("//", "#"))}
+    return {ln for before, after in _kernel_sides(scaffold) for ln in before + after
+            if len(ln) > 3 and not ln.startswith(("//", "#"))}
 
 
 def _drop_skeleton_lines(scaffold: Scaffold, lines: list[str], repairs: list[str]) -> list[str]:
