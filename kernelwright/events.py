@@ -48,6 +48,7 @@ class Searched:
     checked: int  # pre-checked
     passed: int  # passed the pre-check
     to_build: int
+    line: str = ""  # search a line at a time: which line ("2 of 3"); "" for the whole region
 
 
 @dataclass(frozen=True)

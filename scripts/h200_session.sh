@@ -1,5 +1,5 @@
 # The H200 runs of docs/results/*-h200*.md, as run through the device tool (see scripts/device_env.sh).
-# Usage on the device, from the checkout: `bash scripts/h200_session.sh chunk|place|check|skel|search|side|start|copy|pool|simple K/N|gputests FILES|poll S|collect`.
+# Usage on the device, from the checkout: `bash scripts/h200_session.sh chunk|place|check|skel|search|steps|side|start|copy|pool|simple K/N|gputests FILES|poll S|collect`.
 # Long jobs run detached from a copy (/tmp/kwb) so that a later call's fresh checkout cannot change
 # them; each writes its log under /tmp/kwout. Detached means `setsid nohup`: a job left in the call's
 # process group dies with the call. And the machine is given back 30 s after a call ends: while a
@@ -59,6 +59,24 @@ search)  # issue #17: zero_shot+scaffold vs search, CUDA and Triton on the GPU, 
   setsid nohup python3 benchmarks/copy_timing.py --device cuda --rounds 3 --out /tmp/kwout/copy-timing.md \
     > /tmp/kwout/copy-timing.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
+steps)  # issue #17, search a line at a time (2026-12-03): per target, search on the tasks that have a
+  # scaffold in it (the must-show's denominator) and zero_shot+scaffold on the whole suite, all six
+  # side by side: CUDA and Triton on the GPU, C++ on the host's CPU; the model on the GPU for all
+  bash "$0" copy
+  cd /tmp/kwb
+  export PYTHONPATH=/tmp/site:/tmp/kwb
+  for t in cuda triton cpp; do
+    dev=cuda; [ $t = cpp ] && dev=cpu
+    ids=$(python3 -c "import sys; from kernelwright.tasks import load_tasks; from kernelwright.scaffold import plan_tasks, write
+ts = load_tasks('builtin'); print(' '.join('-t ' + t.id for t, p in zip(ts, plan_tasks(ts)) if write(p, sys.argv[1]).available))" $t)
+    for r in search zero_shot+scaffold; do
+      what=$ids; [ $r = search ] || what="-t builtin"
+      setsid nohup python3 -m kernelwright.cli.main study run -m "hf:qwen2.5-coder-1.5b?batch_size=64" -r $r $what \
+        --target $t --device $dev --max-tokens 768 --iters 50 --jobs 28 --compile-baseline --out /tmp/st/$t-${r%%+*} \
+        > /tmp/kwout/study-$t-${r%%+*}.log 2>&1 < /dev/null &
+    done
+  done
+  disown -a; sleep 2; echo started ;;
 side)  # issue #19: two studies side by side on one GPU (CUDA and Triton targets, the built-in suite at
   # full size, zero_shot+scaffold: one sample a cell, so both can finish in a session) with plain
   # copies of the references timed beside them
@@ -91,7 +109,7 @@ poll)  # wait up to $2 seconds for the detached jobs, printing where they are
   end=$((SECONDS + ${2:-300}))
   while [ $SECONDS -lt $end ] && pgrep -f "[k]ernelwright.cli.main (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing|[s]keleton_speed|[g]emm_check" > /dev/null; do sleep 10; done
   for f in /tmp/kwout/*.log; do echo "== $f"; tail -c 1500 "$f" | tr '\r' '\n' | tail -n 8; done
-  for t in cuda triton cpp; do [ -f /tmp/st/$t/cells.jsonl ] && echo "$t cells: $(wc -l < /tmp/st/$t/cells.jsonl)"; done
+  for f in /tmp/st/*/cells.jsonl; do [ -f "$f" ] && echo "$f: $(wc -l < "$f") cells"; done
   pgrep -fa "[k]ernelwright.cli.main (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing|[s]keleton_speed|[g]emm_check" | cut -c1-120 ;;
 pool)  # the throughput benchmark's pool pass, detached, on a quiet machine (nothing else running)
   cd /tmp/kwb

@@ -88,7 +88,10 @@ class Display:
             self.step = f"turn {e.turn}: candidate {e.sample + 1}/{e.n}: compiling, checking, timing"
         elif isinstance(e, Searched):
             checked = f", {e.passed} of {e.checked} passed the pre-check" if e.checked else ", no pre-check"
-            self.say(f"turn {e.turn}: {e.drawn} sampled, {e.distinct} distinct{checked}, building {e.to_build}")
+            if e.line:
+                self.say(f"turn {e.turn}, line {e.line}: {e.drawn} sampled, {e.distinct} distinct{checked}")
+            else:
+                self.say(f"turn {e.turn}: {e.drawn} sampled, {e.distinct} distinct{checked}, building {e.to_build}")
         elif isinstance(e, Judged):
             self.verdicts[e.verdict] += 1
             speed = f" speedup {e.speedup:.3g}x" if e.speedup is not None else ""

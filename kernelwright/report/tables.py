@@ -228,8 +228,10 @@ def table_v(scored: list[Scored]) -> Table:
         steps = [_funnel(a) for a in attempts]
         verified = sum(1 for a, st in zip(attempts, steps)
                        if st.built and a.eval.verdict == Verdict.CORRECT and a.eval.custom_kernel)
-        counts = [sum(getattr(st, f) for st in steps) for f in Funnel._fields]
-        rows.append([g, str(len(attempts)), *map(str, counts), str(verified),
+        # a region search composed from lines that passed (search_steps.py) is built, not sampled
+        drawn = [not (a.notes.get("search") or {}).get("composed") for a in attempts]
+        counts = [sum(getattr(st, f) and (d or f == "built") for st, d in zip(steps, drawn)) for f in Funnel._fields]
+        rows.append([g, str(sum(drawn)), *map(str, counts), str(verified),
                      _per(sum(a.usage.completion_tokens for a in attempts), verified),
                      _per(sum(a.wall_s for a in attempts), verified, " s")])
     return Table("table5", "Table V: from samples to verified kernels, per regime",
@@ -237,7 +239,8 @@ def table_v(scored: list[Scored]) -> Table:
                   "verified kernels", "completion tokens / verified", "wall time / verified"], rows,
                  ["A verified kernel is a built candidate the evaluator found correct with a custom kernel (several "
                   "per cell count). 'built' counts candidates whose evaluation reached the sandbox (for `search`: "
-                  "the samples it chose to build; a duplicate carries its twin's verdict and is not built again). "
+                  "the samples it chose to build, and the regions it composed from lines that passed their own "
+                  "pre-check; a duplicate carries its twin's verdict and is not built again). "
                   "Tokens and wall time are every attempt's (generation, pre-check, build and evaluation), shared "
                   "out over the verified kernels."])
 

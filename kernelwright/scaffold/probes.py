@@ -240,10 +240,31 @@ def _elementwise(sub: fx.GraphModule, call_args: list[torch.Tensor], arg_names: 
         near = near[:len(search)]
         flat_main[search[:len(near)]] = torch.tensor(near, dtype=flat_main.dtype, device=main.device)
         labels[count - len(search):] = ["kink"] * len(near) + ["kink search"] * (len(search) - len(near))
-    out = sub(*args)
+    out, steps, step_dtypes = _run_steps(sub, args, main.shape, pos)
     named = list(zip(arg_names, args)) + list(fixed.items())
     inputs = {name: encode(_gather(a, main.shape, pos)) for name, a in named}
-    return Probes(count=count, cols=1, inputs=inputs, expected=encode(out.reshape(-1)[pos]), labels=labels)
+    return Probes(count=count, cols=1, inputs=inputs, expected=encode(out.reshape(-1)[pos]), labels=labels,
+                  steps=steps, step_dtypes=step_dtypes)
+
+
+def _run_steps(sub: fx.GraphModule, args: list[torch.Tensor], shape: torch.Size,
+               pos: torch.Tensor) -> tuple[torch.Tensor, list[str], list[str]]:
+    """The segment's output, and each of its ops' values at the probe positions, in op order (the
+    order of the segment's torch lines): what each line computes on the probes, so a region written
+    one line at a time can be checked a line at a time (scaffold/steps.py). A value that is not a
+    floating tensor broadcastable to the main input is "" (that line cannot be checked alone)."""
+    interp = fx.Interpreter(sub, garbage_collect_values=False)
+    out = interp.run(*args)
+    steps, dtypes = [], []
+    for node in sub.graph.nodes:
+        if node.op in ("placeholder", "output"):
+            continue
+        v = interp.env.get(node)
+        ok = isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() <= len(shape) and \
+            all(d in (1, s) for d, s in zip(reversed(v.shape), reversed(shape)))
+        steps.append(encode(_gather(v, shape, pos)) if ok else "")
+        dtypes.append(str(v.dtype).removeprefix("torch.") if ok else "")
+    return out, steps, dtypes
 
 
 def _rows(seg: Segment, sub: fx.GraphModule, call_args: list[torch.Tensor], arg_names: list[str], main_pos: int,
@@ -272,9 +293,35 @@ def _rows(seg: Segment, sub: fx.GraphModule, call_args: list[torch.Tensor], arg_
     for r, (label, values) in zip(chosen.tolist(), designs):
         m[r] = values.to(m.dtype)
         labels.append(label)
-    out = sub(*args)
+    out, steps, step_dtypes, step_rows = _run_row_steps(sub, args, main, rows, chosen)
     flat = (chosen[:, None] * cols + torch.arange(cols, device=main.device)[None, :]).reshape(-1)
     named = list(zip(arg_names, args)) + list(fixed.items())
     inputs = {name: encode(_gather(a, main.shape, flat)) for name, a in named}
     flat_out = out.reshape(rows, -1)[chosen]
-    return Probes(count=count, cols=cols, inputs=inputs, expected=encode(flat_out), labels=labels)
+    return Probes(count=count, cols=cols, inputs=inputs, expected=encode(flat_out), labels=labels,
+                  steps=steps, step_dtypes=step_dtypes, step_rows=step_rows)
+
+
+def _run_row_steps(sub: fx.GraphModule, args: list[torch.Tensor], main: torch.Tensor, rows: int,
+                   chosen: torch.Tensor) -> tuple[torch.Tensor, list[str], list[str], list[bool]]:
+    """A row segment's output, and each op's value on the probe rows, in op order: a whole row
+    (the main input's shape: count * cols values) or one value a row (count values, step_rows).
+    Anything else is "" (that line cannot be checked alone)."""
+    interp = fx.Interpreter(sub, garbage_collect_values=False)
+    out = interp.run(*args)
+    steps, dtypes, per_row = [], [], []
+    for node in sub.graph.nodes:
+        if node.op in ("placeholder", "output"):
+            continue
+        v = interp.env.get(node)
+        if not isinstance(v, torch.Tensor) or not v.is_floating_point():
+            steps.append(""), dtypes.append(""), per_row.append(False)
+        elif tuple(v.shape) == tuple(main.shape):
+            steps.append(encode(v.reshape(rows, -1)[chosen])), dtypes.append(str(v.dtype).removeprefix("torch."))
+            per_row.append(False)
+        elif v.numel() == rows:
+            steps.append(encode(v.reshape(rows)[chosen])), dtypes.append(str(v.dtype).removeprefix("torch."))
+            per_row.append(True)
+        else:
+            steps.append(""), dtypes.append(""), per_row.append(False)
+    return out, steps, dtypes, per_row

@@ -116,6 +116,12 @@ class Probes(BaseModel):
     inputs: dict[str, str]  # arg name -> count * cols values, broadcasting already applied
     expected: str  # count * cols values (count for one value per row), of the segment's out dtype
     labels: list[str]  # ELEMENTWISE: per element, ROW: per row, what kind of probe it is
+    # Each of the segment's ops' values on the probes, in the order of its torch lines ("" where one
+    # is not a float per element, or per row), their dtypes, and (ROW) whether one is a value per
+    # row (count values) rather than a whole row (count * cols): a line's own check (steps.py)
+    steps: list[str] = Field(default_factory=list)
+    step_dtypes: list[str] = Field(default_factory=list)
+    step_rows: list[bool] = Field(default_factory=list)
 
 
 class ScaffoldPlan(Versioned):

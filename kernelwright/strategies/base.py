@@ -119,13 +119,18 @@ class RunContext:
                                  repeat_penalty=c.repeat_penalty, max_tokens=max_tokens, seed=seed)
 
     def _generate(self, request: GenerationRequest) -> list[Completion]:
+        [completions] = self._generate_all([request])
+        return completions
+
+    def _generate_all(self, requests: list[GenerationRequest]) -> list[list[Completion]]:
+        """Several requests in one backend call (a batching backend runs them together)."""
         started = time.monotonic()
-        [completions] = self.backend.generate([request])
-        for comp in completions:
+        results = self.backend.generate(requests)
+        for comp in (c for completions in results for c in completions):
             self.usage.prompt_tokens += comp.prompt_tokens
             self.usage.completion_tokens += comp.completion_tokens
         self.usage.latency_s += time.monotonic() - started
-        return completions
+        return results
 
     def ask(self, role: str, user: str, turn: int, temperature: float = 0.0) -> str:
         """One text answer from a non-generating role (analyzer, researcher, feedback analyzer)."""

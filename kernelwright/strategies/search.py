@@ -34,24 +34,36 @@ Ablations, each part switched off on its own so a study shows what it buys: +no_
 every distinct sample, in sampling order), +no_repair (every turn samples the base prompt again,
 with a new seed), +no_shared_build (each survivor its own extension), +no_tune (no launch variants
 after a verified kernel), +grammar (answers constrained to the region's language: off by default,
-it bought no pre-check passes for 2.4x the generation time, docs/results/grammar-yield.md), +n=K.
+it bought no pre-check passes for 2.4x the generation time, docs/results/grammar-yield.md), +n=K,
++no_steps (an elementwise region of several lines is sampled whole instead of a line at a time,
+search_steps.py).
 A task without a scaffold gets whole programs: n a turn, every one built (nothing to pre-check).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 from kernelwright import prompts
 from kernelwright.events import Evaluating, Generating, Judged, Searched
-from kernelwright.llm.base import ChatMessage, Completion
+from kernelwright.llm.base import ChatMessage
 from kernelwright.records import Attempt, EvalResult, Stage, Verdict
 from kernelwright.strategies import feedback, selection
 from kernelwright.strategies.base import RunContext
+from kernelwright.strategies.search_parts import (  # noqa: F401 -- the regime's names for them
+    Sample,
+    _dedupe,
+    _distinct,
+    _grammar,
+    _precheck_verdict,
+    _refuted,
+    _tune,
+    follow_up,
+    normalise,
+    prompt_vars,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,36 +73,17 @@ DEFAULT_TEMPERATURE = 0.7  # diverse enough that n samples are not n copies, low
 MAX_BUILDS = 3  # builds a turn; the rest of the survivors wait for a later turn's evidence
 
 
-@dataclass
-class Sample:
-    """One drawn answer and what became of it."""
-
-    index: int
-    completion: Completion
-    code: Optional[str]
-    grounding: Any
-    extra: dict[str, Any]
-    region: str = ""
-    key: str = ""  # the region, whitespace-normalised: the duplicate key
-    twin: Optional[int] = None  # index of the first sample with the same key
-    votes: int = 1  # how many samples drew this region (on the first of them)
-    check: Any = None  # PrecheckResult, or None when not pre-checked
-    result: Optional[EvalResult] = None
-    built: bool = False
-    notes: dict[str, Any] = field(default_factory=dict)
-
-
-def normalise(region: str) -> str:
-    """The duplicate key: comments and whitespace do not make a region different."""
-    text = re.sub(r"//[^\n]*|#[^\n]*", "", region)
-    return re.sub(r"\s+", " ", text).strip()
-
-
 def run(ctx: RunContext) -> None:
     c = ctx.config
     n = c.n or DEFAULT_N
     turns = c.turns or DEFAULT_TURNS
     temperature = DEFAULT_TEMPERATURE if c.temperature is None else c.temperature
+    from kernelwright.strategies import search_steps
+
+    # an elementwise region of several lines: each line sampled and checked on its own first
+    # (search_steps.py); the whole region is sampled where that does not apply
+    if search_steps.run(ctx, n, turns, temperature) is not None:
+        return
     base = ctx.messages(prompts.render("task", **prompt_vars(ctx)))
     conversation = base
     tried: set[str] = set()  # regions already built or refuted in an earlier turn
@@ -114,26 +107,6 @@ def run(ctx: RunContext) -> None:
 
 # -- one turn ------------------------------------------------------------------------------------
 
-def _grammar(ctx: RunContext) -> Optional[str]:
-    """The region's language, when there is a region and +grammar asks for it."""
-    sc = ctx.scaffold()
-    if sc is None or not ctx.config.has("grammar"):
-        return None
-    from kernelwright.scaffold import region_grammar
-
-    return region_grammar(sc) or None
-
-
-def prompt_vars(ctx: RunContext) -> dict[str, Any]:
-    """The task's prompt variables; under the grammar also how locals are declared in it (t0, t1,
-    ...), so the prompt describes the language the answer is held to."""
-    if _grammar(ctx) is None:
-        return ctx.task_vars()
-    from kernelwright.scaffold.grammar import local_decl
-
-    return {**ctx.task_vars(), "local_decl": local_decl(ctx.scaffold())}
-
-
 def _draw(ctx: RunContext, messages: tuple[ChatMessage, ...], turn: int, n: int,
           temperature: float) -> list[Sample]:
     request = ctx._request(messages, n, temperature, ctx.config.max_tokens,
@@ -152,25 +125,6 @@ def _draw(ctx: RunContext, messages: tuple[ChatMessage, ...], turn: int, n: int,
     return samples
 
 
-def _dedupe(samples: list[Sample], tried: set[str]) -> None:
-    first: dict[str, Sample] = {}
-    for s in samples:
-        s.key = normalise(s.region)
-        if s.key in first:
-            s.twin = first[s.key].index
-            first[s.key].votes += 1
-        else:
-            first[s.key] = s
-    for s in samples:
-        if s.twin is None and s.key in tried:
-            s.notes["seen_before"] = True
-    tried.update(first)
-
-
-def _distinct(samples: list[Sample]) -> list[Sample]:
-    return [s for s in samples if s.twin is None and s.code is not None]
-
-
 def _precheck(ctx: RunContext, samples: list[Sample]) -> None:
     sc = ctx.scaffold()
     if sc is None or ctx.config.has("no_precheck"):
@@ -187,23 +141,6 @@ def _precheck(ctx: RunContext, samples: list[Sample]) -> None:
                      device=ctx.eval_config.device)
     for s, check in zip(todo, precheck_many(plan, sc.target, [s.region for s in todo])):
         s.check = check
-
-
-def _refuted(check: Any) -> bool:
-    """The pre-check found the region wrong (not merely unable to judge it)."""
-    return check is not None and not check.passed and check.status != "unsupported"
-
-
-def _precheck_verdict(check: Any) -> Verdict:
-    """The verdict the evaluator gives what the pre-check found: the pre-check must agree with it
-    (a disagreement is a pre-check bug, measured by benchmarks/precheck_confusion.py)."""
-    if check.status == "counterexample":
-        return Verdict.WRONG_OUTPUT
-    if check.status == "compile_error":
-        from kernelwright.evaluate.taxonomy import explain
-
-        return explain("BuildFailed", check.error)[0]
-    return Verdict.RUNTIME_ERROR
 
 
 def _order(samples: list[Sample]) -> list[Sample]:
@@ -312,45 +249,6 @@ def _summary(samples: list[Sample], turn: int) -> Searched:
                     passed=sum(1 for s in checked if s.check.passed), to_build=min(MAX_BUILDS, len(_order(samples))))
 
 
-# -- speed search ---------------------------------------------------------------------------------
-
-def _tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attempt], turn: int,
-          first_sample: int) -> None:
-    """Time the verified kernel under the skeleton's other launch settings (threads per block,
-    shared-memory staging of rows, Triton block and warps): the same region and the same
-    extension, so no build and no model call. Each variant is evaluated in full (a setting that
-    breaks a region is wrong_output, not faster) and recorded as an attempt of this turn; the pick
-    among attempts keeps the fastest correct one. Stops at the run's deadline, where it has one."""
-    sc = ctx.scaffold()
-    if sc is None or sc.segment is None:
-        return
-    from dataclasses import replace
-
-    from kernelwright.scaffold import launch_variants, with_launch
-
-    verified = [a for a in batch if selection.tier(a.eval) >= 3]
-    best = min(verified, key=lambda a: a.eval.runtime_ms if a.eval.runtime_ms is not None else float("inf"))
-    code = best.repaired_code or best.code
-    variants = launch_variants(sc.segment, sc.target)
-    budget = getattr(ctx.backend, "budget", None)  # optimize's wall-clock budget (optimize/budget.py)
-    # the answer is the verified one; the variant cost no tokens
-    answer = Completion(text=best.raw_response, finish_reason=best.finish_reason, prompt_tokens=0,
-                        completion_tokens=0, latency_s=0.0)
-    for k, knobs in enumerate(variants):
-        program = with_launch(code or "", knobs)
-        if program is None or (budget is not None and budget.spent()):
-            return
-        sample = first_sample + k
-        ctx.progress(Evaluating(turn=turn, sample=sample, n=len(variants)))
-        result = ctx.executor.evaluate(ctx.task, program, replace(ctx.eval_config))
-        attempt = ctx._attempt(messages, answer, program, None, result, turn, sample, 0.0,
-                               {"search": {"tune": knobs, "of": best.id}})
-        ctx.attempts.append(attempt)
-        ctx.sink(attempt)
-        ctx.progress(Judged(turn=turn, sample=sample, n=len(variants), verdict=result.verdict.value,
-                            speedup=result.speedup, custom=result.custom_kernel))
-
-
 # -- counterexample repair -----------------------------------------------------------------------
 
 def _repair(ctx: RunContext, base: tuple[ChatMessage, ...], samples: list[Sample],
@@ -375,9 +273,3 @@ def _repair(ctx: RunContext, base: tuple[ChatMessage, ...], samples: list[Sample
     return follow_up(base, ctx.task_vars()["fence"], s.region, problem)
 
 
-def follow_up(base: tuple[ChatMessage, ...], fence: str, region: str,
-              problem: str) -> tuple[ChatMessage, ...]:
-    """`base` answered with `region`, then told what is wrong with it and what to reply."""
-    answer = ChatMessage(role="assistant", content=f"```{fence}\n{region.strip()}\n```")
-    ask = prompts.render("search_repair", fence=fence, problem=problem.strip(), corrected=True)
-    return (*base, answer, ChatMessage(role="user", content=ask))

@@ -165,7 +165,7 @@ def test_search_on_real_answers_builds_only_what_the_precheck_passed(build_cache
     from kernelwright.strategies import run_regime, selection
 
     task = load_input(str(EXAMPLE))
-    config = parse_regime("search", target="cpp", seed=0, max_tokens=1024, scaffold=True)
+    config = parse_regime("search+no_steps", target="cpp", seed=0, max_tokens=1024, scaffold=True)
     logged = []
     cell = run_regime(task, make_backend(f"replay:{TRANSCRIPT}"), config,
                       EvalConfig(device="cpu", trials=3, time=False, timeout=300.0, cache_dir=str(build_cache)),

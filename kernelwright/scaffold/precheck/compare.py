@@ -30,6 +30,11 @@ def decode(text: str) -> array:
     return a
 
 
+def encode_floats(values: list[float] | array) -> str:
+    """The probes' encoding (probes.encode) of float32 values, without torch."""
+    return base64.b64encode(array("f", values).tobytes()).decode()
+
+
 def tolerance(seg: Segment) -> float:
     return DEFAULT_TOL.get(seg.out_dtype, 1e-4)
 

@@ -1,0 +1,332 @@
+"""A region written one line at a time: each of the segment's torch lines its own small task,
+checked alone, then the lines' answers composed into the region.
+
+The embedded model's wrong regions are mostly one wrong line in several (hardswish without its
+`v *`, a bias added twice, softplus as `exp`: docs/results/view-yield.md), and sampling the whole
+region again rarely fixes that line without breaking another. Here each line is a one-line
+segment with its own probes: its inputs are the original inputs and the values the earlier lines
+computed on the probes (probes.py keeps each op's value, `Probes.steps`), its expected values
+what PyTorch computed for that line. A line's answer is pre-checked exactly as a region is
+(precheck/), against that line alone, so a search can keep the lines that are right and resample
+only the wrong one.
+
+A line is one of two tasks. An elementwise op (add, rsqrt, silu, a cast) is an elementwise task,
+in an elementwise segment or in a row segment alike: in a row its inputs are whole rows or one
+value a row, and its task sees one element of each (the probes: every column of every probe row).
+A reduction or a normalization in a row segment (mean, amax, softmax, a LayerNorm) is a row task:
+its input rows as the row kernel's inputs, its output one value a row or a whole row.
+
+The composition is the system's, not the model's (`compose`): each line's answer runs in a scope
+of its own, where its inputs go by the names its task gave them and `y` starts as its x, and its
+result is kept in the line's local (v1, v2, ...); the region ends by giving `y` the last one. In a
+C++/CUDA row kernel a whole-row value is a function of the column (a lambda, like the kernel's own
+`x(j)`), and a row task with a whole-row result writes the output row, which later lines read
+back. The composed region is pre-checked whole and judged by the evaluator like any other.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Optional
+
+from pydantic import BaseModel
+
+from kernelwright.analysis import ops
+from kernelwright.scaffold.semantics import notes_for
+from kernelwright.scaffold.types import KernelArg, Probes, ScaffoldPlan, Segment, SegmentKind
+
+
+class Step(BaseModel):
+    """One torch line of a segment as a task of its own."""
+
+    index: int  # 0-based, in the order of the segment's lines
+    local: str  # the name the composed region gives its value: v1, v2, ...
+    line: str  # the torch line as its own task shows it: `y = <its expression>`, in the task's names
+    # (name in the line's task, name in the composed region) of each input, the line's first input
+    # first: it is the task's `x` (the 1.5B model writes `x` for a line's input whatever it is called:
+    # given `v3 = hardswish(v2)` with the module's x in scope, 12 of 12 answers computed hardswish(x));
+    # the module's x, where the line reads it too, is the task's `x_in`
+    inputs: list[tuple[str, str]] = []
+    row_task: bool = False  # a reduction or normalization over the row (a row segment of its own)
+    per_row: bool = False  # its value is one per row (a reduction's), not one per element
+    plan: ScaffoldPlan  # the one-line segment, with its probes: what its answers are written and checked against
+
+    @property
+    def bindings(self) -> list[tuple[str, str]]:
+        """The inputs whose name in the line's task is not their name in the region."""
+        return [(i, o) for i, o in self.inputs if i != o]
+
+
+def _target_name(line: str) -> Optional[str]:
+    try:
+        tree = ast.parse(line)
+    except SyntaxError:
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assign):
+        return None
+    targets = tree.body[0].targets
+    return targets[0].id if len(targets) == 1 and isinstance(targets[0], ast.Name) else None
+
+
+def _rename(line: str, names: dict[str, str]) -> str:
+    """``line`` with each name of ``names`` replaced, all at once, where it is a variable: not an
+    attribute (`torch.tanh`), not inside a string (`approximate = 'tanh'`), not part of a longer name."""
+    if not names:
+        return line
+    pattern = r"(?<![\w.'\"])(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")(?![\w'\"])"
+    return re.sub(pattern, lambda m: names[m.group(1)], line)
+
+
+def split(plan: ScaffoldPlan) -> list[Step]:
+    """The segment's lines as steps; [] where the region is not written a line at a time: a single
+    line, a line whose value the probes could not keep, or a row a composition cannot hold (below)."""
+    seg, probes = plan.segment, plan.probes
+    if seg is None or probes is None or seg.kind not in (SegmentKind.ELEMENTWISE, SegmentKind.ROW):
+        return []
+    row = seg.kind == SegmentKind.ROW
+    body, last = seg.torch_lines[:-1], seg.torch_lines[-1] if seg.torch_lines else ""
+    if len(body) < 2 or len(body) != len(probes.steps) or len(seg.targets) != len(body) \
+            or not all(probes.steps) or not last.startswith("y = "):
+        return []
+    names = [_target_name(line) for line in body]
+    if any(n is None for n in names) or last != f"y = {names[-1]}":
+        return []
+    per_row = list(probes.step_rows) if row else [False] * len(body)
+    if len(per_row) != len(body) or (row and per_row[-1] != seg.per_row_output):
+        return []
+    taken = {a.name for a in seg.args} | set(names)  # type: ignore[arg-type]
+    locals_ = [_fresh(f"v{k + 1}", taken) for k in range(len(body))]
+    steps: list[Step] = []
+    for k, line in enumerate(body):
+        outer = _rename(line, {names[j]: locals_[j] for j in range(k)})  # type: ignore[misc]
+        step = _step(plan, seg, probes, k, outer.split("=", 1)[1].strip(), locals_, per_row, taken)
+        if step is None:
+            return []
+        steps.append(step)
+    return steps if _composable(steps, seg) else []
+
+
+def _composable(steps: list[Step], seg: Segment) -> bool:
+    """Whether the composition can hold these lines. In a row: a row task reads whole rows (not a
+    value a row); a row task with a whole-row result writes the output row, so the segment's output
+    must be a whole row, and no later row task may read a value that came from it (it would read
+    the row while writing it)."""
+    if seg.kind != SegmentKind.ROW:
+        return all(not st.row_task for st in steps)
+    by_local = {st.local: st for st in steps}
+    from_out: set[str] = set()  # locals whose value is read back from the output row
+    for st in steps:
+        reads = [by_local[o] for _, o in st.inputs if o in by_local]
+        if st.row_task and any(r.per_row for r in reads):
+            return False
+        if st.row_task and any(r.local in from_out for r in reads):
+            return False
+        if st.row_task and not st.per_row:
+            if seg.per_row_output:
+                return False
+            from_out.add(st.local)
+        elif any(r.local in from_out for r in reads):
+            from_out.add(st.local)
+    return True
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    base, j = name, 0
+    while name in taken:
+        j += 1
+        name = f"{base}_{j}"
+    taken.add(name)
+    return name
+
+
+def _reads(expr: str, names: list[str]) -> list[str]:
+    """The names of ``names`` that ``expr`` reads, in the order they first appear."""
+    found = []
+    for m in re.finditer(r"(?<![\w.'\"])([A-Za-z_]\w*)(?![\w'\"])", expr):
+        if m.group(1) in names and m.group(1) not in found:
+            found.append(m.group(1))
+    return found
+
+
+def _module_args(seg: Segment, expr: str) -> list[str]:
+    """The inputs a module the line calls holds (`self.norm(x)`: the norm's weight and bias)."""
+    held: list[str] = []
+    for note in seg.module_notes:
+        if note.split(" = ", 1)[0] in expr:
+            held += re.findall(r"is `(\w+)`", note.split("; its ", 1)[1]) if "; its " in note else []
+    return held
+
+
+def _step(plan: ScaffoldPlan, seg: Segment, probes: Probes, k: int, expr: str, locals_: list[str],
+          per_row: list[bool], taken: set[str]) -> Optional[Step]:
+    """Line k (``expr``, in the composed region's names) as a one-line segment."""
+    def dtype(j: int) -> str:
+        return probes.step_dtypes[j] if j < len(probes.step_dtypes) and probes.step_dtypes[j] else "float32"
+
+    originals = {a.name: a for a in seg.args}
+    row = seg.kind == SegmentKind.ROW
+    row_task = row and ops.kind_of(seg.targets[k]) != ops.OpKind.ELEMENTWISE
+    module_held = _module_args(seg, expr)
+    reads = _reads(expr, list(originals) + locals_[:k])
+    reads += [a for a in module_held if a in originals and a not in reads]
+    first = reads[0] if reads else seg.main.name
+    inner = {first: "x"}
+    if seg.main.name in reads and first != seg.main.name:
+        inner[seg.main.name] = _fresh("x_in", set(taken) | set(originals))
+    order = [first] + [r for r in reads if r != first]
+    args = []
+    for outer in order:
+        name = inner.get(outer, outer)
+        if outer in originals:
+            a = originals[outer]
+            args.append(a.model_copy(update={"name": name, "main": name == "x"}))
+        else:
+            j = locals_.index(outer)
+            what = "what the line before computed" if j == k - 1 else f"what line {j + 1} computed"
+            role = "this line's input" if name == "x" else "an input of this line"
+            each = ", one value per row" if per_row[j] and not row_task else ""
+            args.append(KernelArg(name=name, origin=outer, shape=list(seg.out_shape), dtype=dtype(j), main=name == "x",
+                                  describe=f"{role} ({what}{each}), {dtype(j)}"))
+    if row_task and len(module_held) != sum(1 for a in module_held if a in order):
+        return None
+    line = f"y = {_rename(expr, inner)}"
+    one = seg.model_copy(update={
+        "kind": SegmentKind.ROW if row_task else SegmentKind.ELEMENTWISE,
+        "nodes": [seg.nodes[k]], "targets": [seg.targets[k]], "args": args, "out_dtype": dtype(k),
+        "torch_lines": [line], "op_notes": notes_for([seg.targets[k]]),
+        "per_row_output": per_row[k] if row_task else False,
+        "module_notes": [n for n in seg.module_notes if n.split(" = ", 1)[0] in expr]})
+    step_probes = _probes(probes, row, row_task, k, order, inner, locals_, per_row)
+    step_plan = plan.model_copy(update={"segment": one, "probes": step_probes, "gemm": None,
+                                        "reason": f"line {k + 1} of {len(seg.targets)}: {line}"})
+    return Step(index=k, local=locals_[k], line=line, plan=step_plan, row_task=row_task, per_row=per_row[k],
+                inputs=[(inner.get(o, o), o) for o in order])
+
+
+def _probes(probes: Probes, row: bool, row_task: bool, k: int, order: list[str], inner: dict[str, str],
+            locals_: list[str], per_row: list[bool]) -> Probes:
+    """Line k's probes. An elementwise line in a row sees every column of every probe row as an
+    element, a value per row repeated across its row's columns; a row task sees the probe rows."""
+    from kernelwright.scaffold.precheck.compare import decode, encode_floats
+
+    def values(outer: str) -> str:
+        if outer in locals_:
+            j = locals_.index(outer)
+            return _spread(probes.steps[j], probes.cols) if row and per_row[j] and not row_task else probes.steps[j]
+        return probes.inputs[outer]
+
+    inputs = {inner.get(o, o): values(o) for o in order}
+    expected = probes.steps[k]
+    if not row:
+        return Probes(count=probes.count, cols=1, inputs=inputs, expected=expected, labels=probes.labels)
+    if row_task:
+        return Probes(count=probes.count, cols=probes.cols, inputs=inputs, expected=expected, labels=probes.labels)
+    if per_row[k]:
+        expected = _spread(expected, probes.cols)
+    count = probes.count * probes.cols
+    labels = [f"{label}, column {j}" for label in probes.labels for j in range(probes.cols)]
+    assert len(decode(expected)) == count, "a line's values are one per element"
+    return Probes(count=count, cols=1, inputs=inputs, expected=encode_floats(decode(expected)), labels=labels)
+
+
+def _spread(text: str, cols: int) -> str:
+    """One value per row, repeated across the row's columns."""
+    from kernelwright.scaffold.precheck.compare import decode, encode_floats
+
+    return encode_floats([v for v in decode(text) for _ in range(cols)])
+
+
+# ---- composition -----------------------------------------------------------------------------------
+
+def compose(steps: list[Step], regions: list[str], segment: Segment, target: str) -> str:
+    """The region of ``segment`` in ``target`` from each step's answer (its region, as the splicer
+    left it), in order."""
+    if segment.kind == SegmentKind.ROW:
+        if target == "triton":
+            return _compose_row_triton(steps, regions)
+        return _compose_row_c(steps, regions, target, segment.per_row_output)
+    out: list[str] = []
+    if target == "triton":
+        saved = any(i == "x" or o == "x" for st in steps for i, o in st.bindings)
+        if saved:
+            out.append("kw_x_in = x")
+        for st, region in zip(steps, regions, strict=True):
+            out += [f"{i} = {'kw_x_in' if o == 'x' and saved else o}" for i, o in st.bindings]
+            out += ["y = x", *region.strip("\n").splitlines(), f"{st.local} = y"]
+            if any(i == "x" for i, _ in st.bindings):
+                out.append("x = kw_x_in")
+        return "\n".join(out + [f"y = {steps[-1].local}"])
+    for st, region in zip(steps, regions, strict=True):
+        out += [f"float {st.local};", "{"]
+        # through temporaries: `const float x = v2;` may not read the x it declares
+        out += [f"    const float kw_in_{i} = {o};" for i, o in st.bindings]
+        out += [f"    const float {i} = kw_in_{i};" for i, _ in st.bindings]
+        out += ["    float y = x;", *_indent(region, "    "), f"    {st.local} = y;", "}"]
+    return "\n".join(out + [f"y = {steps[-1].local};"])
+
+
+def _indent(region: str, pad: str) -> list[str]:
+    return [pad + ln if ln.strip() else "" for ln in region.strip("\n").splitlines()]
+
+
+def _compose_row_triton(steps: list[Step], regions: list[str]) -> str:
+    """Triton: a whole row is a block of lanes, a value per row a scalar; the lines run in sequence.
+    A row task's inputs get 0.0 in the lanes beyond the row, as the row kernel's loads do (a line's
+    value there is whatever its math gave 0.0)."""
+    local = {st.local for st in steps}
+    out = ["kw_x_in = x"]
+    for st, region in zip(steps, regions, strict=True):
+        for i, o in st.inputs:
+            src = "kw_x_in" if o == "x" else o
+            if st.row_task and o in local:
+                src = f"tl.where(mask, {src}, 0.0)"
+            if i != o or src != o:
+                out.append(f"{i} = {src}")
+        out += ["y = x", *region.strip("\n").splitlines(), f"{st.local} = y", "x = kw_x_in"]
+    return "\n".join(out + [f"y = {steps[-1].local}"])
+
+
+def _compose_row_c(steps: list[Step], regions: list[str], target: str, per_row_output: bool) -> str:
+    """C++/CUDA: a whole-row value is a lambda of the column j (the module's inputs already are:
+    `x(j)`), a value per row a float. A row task's inputs are bound as such lambdas; its whole-row
+    result is written to the output row (`y`) and read back from it."""
+    by_local = {st.local: st for st in steps}
+    cuda = target == "cuda"
+    loop = "for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)" if cuda else "for (int64_t j = 0; j < cols; ++j)"
+    out: list[str] = [] if per_row_output else ["float* const kw_out = y;"]
+
+    def element(o: str) -> str:  # the input's value at column j
+        if o in by_local:
+            return o if by_local[o].per_row else f"kw_{o}(j)"
+        return f"{o}(j)"
+
+    for st, region in zip(steps, regions, strict=True):
+        if st.row_task:
+            head = [f"    auto kw_in_{i} = {('kw_' + o) if o in by_local else o};" for i, o in st.inputs]
+            head += [f"    auto {i} = kw_in_{i};" for i, _ in st.inputs]
+            if st.per_row:
+                out += [f"float {st.local};", "{", *head, "    float y = 0.0f;", *_indent(region, "    "),
+                        f"    {st.local} = y;", "}"]
+            else:
+                out += ["{", *head, "    float* const y = kw_out;", *_indent(region, "    "), "}"]
+                if cuda:
+                    out.append("__syncthreads();  // the row is written by every thread before any reads it back")
+                out.append(f"auto kw_{st.local} = [&](int64_t j) -> float {{ return kw_out[j]; }};")
+            continue
+        every = all(by_local[o].per_row for _, o in st.inputs if o in by_local) and \
+            not any(o not in by_local for _, o in st.inputs)
+        bind = [f"const float kw_in_{i} = {element(o)};" for i, o in st.inputs]
+        bind += [f"const float {i} = kw_in_{i};" for i, _ in st.inputs]
+        if st.per_row and every:
+            out += [f"float {st.local};", "{", *["    " + b for b in bind], "    float y = x;",
+                    *_indent(region, "    "), f"    {st.local} = y;", "}"]
+        else:
+            out += [f"auto kw_{st.local} = [&](int64_t j) -> float {{", *["    " + b for b in bind],
+                    "    float y = x;", *_indent(region, "    "), "    return y;", "};"]
+    last = steps[-1]
+    if per_row_output:
+        out.append(f"y = {last.local};")
+    else:
+        out.append(f"{loop} kw_out[j] = kw_{last.local}(j);")
+    return "\n".join(out)

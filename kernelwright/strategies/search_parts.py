@@ -1,0 +1,142 @@
+"""The parts search's two ways of sampling share (strategies/search.py: a whole region a turn;
+search_steps.py: a line at a time): a drawn answer and its record, the duplicate key, the verdict a
+pre-check result stands for, the repair follow-up, and the speed search of a verified kernel."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from kernelwright import prompts
+from kernelwright.events import Evaluating, Judged
+from kernelwright.llm.base import ChatMessage, Completion
+from kernelwright.records import Attempt, EvalResult, Verdict
+from kernelwright.strategies import selection
+from kernelwright.strategies.base import RunContext
+
+
+@dataclass
+class Sample:
+    """One drawn answer and what became of it."""
+
+    index: int
+    completion: Completion
+    code: Optional[str]
+    grounding: Any
+    extra: dict[str, Any]
+    region: str = ""
+    key: str = ""  # the region, whitespace-normalised: the duplicate key
+    twin: Optional[int] = None  # index of the first sample with the same key
+    votes: int = 1  # how many samples drew this region (on the first of them)
+    check: Any = None  # PrecheckResult, or None when not pre-checked
+    result: Optional[EvalResult] = None
+    built: bool = False
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def normalise(region: str) -> str:
+    """The duplicate key: comments and whitespace do not make a region different."""
+    text = re.sub(r"//[^\n]*|#[^\n]*", "", region)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _grammar(ctx: RunContext) -> Optional[str]:
+    """The region's language, when there is a region and +grammar asks for it."""
+    sc = ctx.scaffold()
+    if sc is None or not ctx.config.has("grammar"):
+        return None
+    from kernelwright.scaffold import region_grammar
+
+    return region_grammar(sc) or None
+
+
+def prompt_vars(ctx: RunContext) -> dict[str, Any]:
+    """The task's prompt variables; under the grammar also how locals are declared in it (t0, t1,
+    ...), so the prompt describes the language the answer is held to."""
+    if _grammar(ctx) is None:
+        return ctx.task_vars()
+    from kernelwright.scaffold.grammar import local_decl
+
+    return {**ctx.task_vars(), "local_decl": local_decl(ctx.scaffold())}
+
+
+def _dedupe(samples: list[Sample], tried: set[str]) -> None:
+    first: dict[str, Sample] = {}
+    for s in samples:
+        s.key = normalise(s.region)
+        if s.key in first:
+            s.twin = first[s.key].index
+            first[s.key].votes += 1
+        else:
+            first[s.key] = s
+    for s in samples:
+        if s.twin is None and s.key in tried:
+            s.notes["seen_before"] = True
+    tried.update(first)
+
+
+def _distinct(samples: list[Sample]) -> list[Sample]:
+    return [s for s in samples if s.twin is None and s.code is not None]
+
+
+def _refuted(check: Any) -> bool:
+    """The pre-check found the region wrong (not merely unable to judge it)."""
+    return check is not None and not check.passed and check.status != "unsupported"
+
+
+def _precheck_verdict(check: Any) -> Verdict:
+    """The verdict the evaluator gives what the pre-check found: the pre-check must agree with it
+    (a disagreement is a pre-check bug, measured by benchmarks/precheck_confusion.py)."""
+    if check.status == "counterexample":
+        return Verdict.WRONG_OUTPUT
+    if check.status == "compile_error":
+        from kernelwright.evaluate.taxonomy import explain
+
+        return explain("BuildFailed", check.error)[0]
+    return Verdict.RUNTIME_ERROR
+
+
+def _tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attempt], turn: int,
+          first_sample: int) -> None:
+    """Time the verified kernel under the skeleton's other launch settings (threads per block,
+    shared-memory staging of rows, Triton block and warps): the same region and the same
+    extension, so no build and no model call. Each variant is evaluated in full (a setting that
+    breaks a region is wrong_output, not faster) and recorded as an attempt of this turn; the pick
+    among attempts keeps the fastest correct one. Stops at the run's deadline, where it has one."""
+    sc = ctx.scaffold()
+    if sc is None or sc.segment is None:
+        return
+    from dataclasses import replace
+
+    from kernelwright.scaffold import launch_variants, with_launch
+
+    verified = [a for a in batch if selection.tier(a.eval) >= 3]
+    best = min(verified, key=lambda a: a.eval.runtime_ms if a.eval.runtime_ms is not None else float("inf"))
+    code = best.repaired_code or best.code
+    variants = launch_variants(sc.segment, sc.target)
+    budget = getattr(ctx.backend, "budget", None)  # optimize's wall-clock budget (optimize/budget.py)
+    # the answer is the verified one; the variant cost no tokens
+    answer = Completion(text=best.raw_response, finish_reason=best.finish_reason, prompt_tokens=0,
+                        completion_tokens=0, latency_s=0.0)
+    for k, knobs in enumerate(variants):
+        program = with_launch(code or "", knobs)
+        if program is None or (budget is not None and budget.spent()):
+            return
+        sample = first_sample + k
+        ctx.progress(Evaluating(turn=turn, sample=sample, n=len(variants)))
+        result = ctx.executor.evaluate(ctx.task, program, replace(ctx.eval_config))
+        attempt = ctx._attempt(messages, answer, program, None, result, turn, sample, 0.0,
+                               {"search": {"tune": knobs, "of": best.id}})
+        ctx.attempts.append(attempt)
+        ctx.sink(attempt)
+        ctx.progress(Judged(turn=turn, sample=sample, n=len(variants), verdict=result.verdict.value,
+                            speedup=result.speedup, custom=result.custom_kernel))
+
+
+def follow_up(base: tuple[ChatMessage, ...], fence: str, region: str,
+              problem: str) -> tuple[ChatMessage, ...]:
+    """`base` answered with `region`, then told what is wrong with it and what to reply."""
+    answer = ChatMessage(role="assistant", content=f"```{fence}\n{region.strip()}\n```")
+    ask = prompts.render("search_repair", fence=fence, problem=problem.strip(), corrected=True)
+    return (*base, answer, ChatMessage(role="user", content=ask))

@@ -1,0 +1,86 @@
+"""search a line at a time (strategies/search_steps.py): a region of several elementwise lines is
+sampled a line at a time, each line pre-checked alone, the wrong line alone asked again with its
+counterexample, the region composed from the lines that passed and built. A scripted backend
+answers by the line each prompt asks for; the pre-check and the build are real."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelwright.llm.base import Completion
+from kernelwright.strategies import parse_regime
+from kernelwright.strategies import search as S
+
+TASK = "builtin/L2/09_conv2d_softplus_scale_bias"  # softplus(x) * 1.75 + channel_bias: three lines
+SOFTPLUS_WRONG = "y = std::exp(x);"
+SOFTPLUS_RIGHT = "y = x > 20.0f ? x : std::log1p(std::exp(x));"
+
+
+class ByLine:
+    """Answers each request by the torch line its prompt shows; softplus wrong until it is told why."""
+
+    model = "by-line"
+
+    def __init__(self) -> None:
+        self.requests = []
+
+    def answer(self, request) -> str:
+        prompt = request.messages[1].content
+        if "softplus" in prompt:
+            return SOFTPLUS_RIGHT if len(request.messages) > 2 else SOFTPLUS_WRONG
+        if "y = x * 1.75" in prompt:
+            return "y = x * 1.75f;"
+        return "y = x + channel_bias;"
+
+    def generate(self, requests):
+        self.requests += requests
+        return [[Completion(text=f"```cpp\n{self.answer(r)}\n```", finish_reason="stop", prompt_tokens=10,
+                            completion_tokens=5, latency_s=0.1) for _ in range(r.n)] for r in requests]
+
+
+def _run(spec: str, backend, build_cache=None):
+    from kernelwright.evaluate import EvalConfig
+    from kernelwright.strategies.base import RunContext
+    from kernelwright.tasks import load_tasks
+
+    task = next(t for t in load_tasks("builtin") if t.id == TASK)
+    ctx = RunContext(task=task, backend=backend, config=parse_regime(spec, target="cpp", scaffold=True),
+                     eval_config=EvalConfig(device="cpu", trials=2, time=False, timeout=300.0,
+                                            cache_dir=str(build_cache) if build_cache else None), cell_key="k")
+    S.run(ctx)
+    return ctx
+
+
+@pytest.mark.build
+def test_only_the_wrong_line_is_asked_again_and_the_composed_region_is_verified(build_cache):
+    backend = ByLine()
+    ctx = _run("search+n=2+turns=3+no_tune", backend, build_cache)
+    # turn 0: one request a line; turn 1: only the softplus line, as a follow-up with its counterexample
+    shown = [r.messages[1].content for r in backend.requests]
+    assert len(shown) == 4 and "softplus" in shown[0] and "y = x * 1.75" in shown[1]
+    assert "y = x + channel_bias" in shown[2] and "softplus" in shown[3]
+    repair = backend.requests[3].messages
+    assert [m.role for m in repair] == ["system", "user", "assistant", "user"]
+    assert SOFTPLUS_WRONG in repair[2].content and "PyTorch gives" in repair[3].content
+    # every sample recorded; none built on its own; the composed region built once, correct
+    lines = [a for a in ctx.attempts if "line" in a.notes["search"]]
+    assert len(lines) == 8 and not any(a.notes["search"]["built"] or a.code for a in lines)
+    assert [a.eval.verdict.value for a in lines if a.notes["search"]["line"] == 1] == \
+        ["wrong_output", "wrong_output", "not_built", "not_built"]
+    [composed] = [a for a in ctx.attempts if a.notes["search"].get("composed")]
+    assert composed.eval.verdict.value == "correct" and composed.eval.custom_kernel
+    assert composed.usage.completion_tokens == 0 and composed.turn == 1
+    sources = {a.id: a for a in ctx.attempts}
+    assert [sources[i].notes["search"]["line"] for i in composed.notes["search"]["composed"]] == [1, 2, 3]
+    assert SOFTPLUS_RIGHT in composed.raw_response and "float v1;" in composed.raw_response
+
+
+def test_no_steps_samples_the_whole_region():
+    """+no_steps: the whole region's prompt (all three lines), and no line attempts. Refuted by the
+    real pre-check (no build)."""
+    backend = ByLine()
+    ctx = _run("search+n=1+turns=1+no_steps", backend)
+    [request] = backend.requests
+    prompt = request.messages[1].content
+    assert "softplus" in prompt and "1.75" in prompt and "channel_bias" in prompt
+    assert not any("line" in a.notes["search"] for a in ctx.attempts)
