@@ -35,24 +35,45 @@ TRITON_BLOCK = 1024
 # The math a region may call. C targets: only the functions the region's own lines and definitions
 # name (a word -> (C++ name, CUDA name)). Listing all of them made the 1.5B model call them one after
 # another in 11 of 27 regions (docs/results/scaffold-math-line-cpu.md); the list of what is needed
-# did that in none. Triton keeps its whole line: what tl lacks matters more than what it has.
+# did that in none. Triton likewise (TRITON_NEEDS): its whole line ended with the rule for tanh,
+# and on the H200 (2026-12-03) the model answered lines without a tanh (mish's softplus, softplus)
+# with that rule's `2 * tl.sigmoid(2 * x) - 1`.
 C_MATH = {
     "exp": ("std::exp", "expf"), "log": ("std::log", "logf"), "log1p": ("std::log1p", "log1pf"),
     "sqrt": ("std::sqrt", "sqrtf"), "rsqrt": ("std::sqrt", "rsqrtf"), "tanh": ("std::tanh", "tanhf"),
     "erf": ("std::erf", "erff"), "max": ("std::fmax", "fmaxf"), "min": ("std::fmin", "fminf"),
     "clamp": ("std::fmin, std::fmax", "fminf, fmaxf"), "abs": ("std::fabs", "fabsf"), "pow": ("std::pow", "powf"),
+    # named inside another op's definition (mish), whose own definition is then not shown
+    "softplus": ("std::exp, std::log", "expf, logf"),
 }
 NO_HELPERS = "there are no relu/sigmoid/gelu functions"
-TRITON_MATH = ("tl has exp, log, sqrt, rsqrt, sigmoid, erf, abs, maximum, minimum, where, sum, max, min, cumsum "
-               "(sum/max/min/cumsum with axis=0); there is no tl.tanh: use 2 * tl.sigmoid(2 * v) - 1")
+# a word of the lines or definitions -> the tl functions for it, or the rule where tl has none
+TRITON_NEEDS = {
+    "exp": "tl.exp", "log": "tl.log", "log1p": "tl.log", "sqrt": "tl.sqrt", "rsqrt": "tl.rsqrt", "erf": "tl.erf",
+    "sigmoid": "tl.sigmoid", "tanh": "tl.sigmoid", "max": "tl.maximum", "min": "tl.minimum",
+    "clamp": "tl.minimum, tl.maximum", "abs": "tl.abs", "where": "tl.where(cond, a, b)", "cumsum": "tl.cumsum(v, axis=0)",
+    "softplus": "tl.exp, tl.log, tl.where(cond, a, b)",
+}
+TRITON_RULES = {  # what tl does not have, said only where the lines need it
+    "tanh": "there is no tl.tanh: tanh(v) = 2 * tl.sigmoid(2 * v) - 1", "pow": "there is no power operator: v * v",
+    "log1p": "there is no tl.log1p: tl.log(1 + v)",
+}
+TRITON_ROW = "tl.sum(v, axis=0), tl.max(v, axis=0), tl.min(v, axis=0)"
 
 
 def math_line(target: str, seg: Segment) -> str:
     """The prompt's line on the math functions the region may call."""
-    if target == "triton":
-        return TRITON_MATH
     text = "\n".join(seg.torch_lines + seg.op_notes)
     words = set(re.findall(r"[a-z0-9_]+", text.lower())) | ({"abs"} if "|" in text else set())
+    if target == "triton":
+        found: list[str] = []
+        for word, text in ([("", TRITON_ROW)] if seg.kind == SegmentKind.ROW else []) + list(TRITON_NEEDS.items()):
+            if word in words or not word:
+                found += [n for n in text.split(", ") if n not in found]
+        rules = [rule for word, rule in TRITON_RULES.items() if word in words]
+        head = (f"the tl functions these lines need: {', '.join(found)}" if found
+                else "no tl function is needed here (there are no tl.relu/tl.gelu functions)")
+        return "; ".join([head, *rules])
     names: list[str] = []
     for word, spellings in C_MATH.items():
         if word in words:

@@ -78,15 +78,31 @@ def _rename(line: str, names: dict[str, str]) -> str:
     return re.sub(pattern, lambda m: names[m.group(1)], line)
 
 
+def line_target(step: Step, target: str) -> str:
+    """The language a line's task is written and checked in. CUDA's row tasks are C++ loops over
+    the row (the C++ row kernel's task), run by one thread of the block in the composition: the
+    1.5B model writes the block-strided loop and then leaves out block_sum, or calls it on the
+    row's accessor, in 32 of 32 answers for row_sum (H200, 2026-12-03), where its C++ row loops
+    pass (22 of 27 C++ cells correct the same day)."""
+    return "cpp" if target == "cuda" and step.row_task else target
+
+
+def worth_it(steps: list[Step], target: str) -> bool:
+    """Whether writing the region a line at a time changes the model's task: several lines, or a
+    CUDA row task (a C++ loop instead of the block's reductions)."""
+    return len(steps) >= 2 or any(line_target(st, target) != target for st in steps)
+
+
 def split(plan: ScaffoldPlan) -> list[Step]:
-    """The segment's lines as steps; [] where the region is not written a line at a time: a single
-    line, a line whose value the probes could not keep, or a row a composition cannot hold (below)."""
+    """The segment's lines as steps; [] where the region is not written a line at a time: an
+    elementwise region of one line, a line whose value the probes could not keep, or a row a
+    composition cannot hold (below)."""
     seg, probes = plan.segment, plan.probes
     if seg is None or probes is None or seg.kind not in (SegmentKind.ELEMENTWISE, SegmentKind.ROW):
         return []
     row = seg.kind == SegmentKind.ROW
     body, last = seg.torch_lines[:-1], seg.torch_lines[-1] if seg.torch_lines else ""
-    if len(body) < 2 or len(body) != len(probes.steps) or len(seg.targets) != len(body) \
+    if len(body) < (1 if row else 2) or len(body) != len(probes.steps) or len(seg.targets) != len(body) \
             or not all(probes.steps) or not last.startswith("y = "):
         return []
     names = [_target_name(line) for line in body]
@@ -290,7 +306,9 @@ def _compose_row_triton(steps: list[Step], regions: list[str]) -> str:
 def _compose_row_c(steps: list[Step], regions: list[str], target: str, per_row_output: bool) -> str:
     """C++/CUDA: a whole-row value is a lambda of the column j (the module's inputs already are:
     `x(j)`), a value per row a float. A row task's inputs are bound as such lambdas; its whole-row
-    result is written to the output row (`y`) and read back from it."""
+    result is written to the output row (`y`) and read back from it. In CUDA every thread of the
+    block runs the lines, except a row task (thread 0, `_cuda_row_task`); the final store is the
+    block-strided loop."""
     by_local = {st.local: st for st in steps}
     cuda = target == "cuda"
     loop = "for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)" if cuda else "for (int64_t j = 0; j < cols; ++j)"
@@ -302,6 +320,9 @@ def _compose_row_c(steps: list[Step], regions: list[str], target: str, per_row_o
         return f"{o}(j)"
 
     for st, region in zip(steps, regions, strict=True):
+        if st.row_task and cuda:
+            out += _cuda_row_task(st, region, by_local)
+            continue
         if st.row_task:
             head = [f"    auto kw_in_{i} = {('kw_' + o) if o in by_local else o};" for i, o in st.inputs]
             head += [f"    auto {i} = kw_in_{i};" for i, _ in st.inputs]
@@ -310,8 +331,6 @@ def _compose_row_c(steps: list[Step], regions: list[str], target: str, per_row_o
                         f"    {st.local} = y;", "}"]
             else:
                 out += ["{", *head, "    float* const y = kw_out;", *_indent(region, "    "), "}"]
-                if cuda:
-                    out.append("__syncthreads();  // the row is written by every thread before any reads it back")
                 out.append(f"auto kw_{st.local} = [&](int64_t j) -> float {{ return kw_out[j]; }};")
             continue
         every = all(by_local[o].per_row for _, o in st.inputs if o in by_local) and \
@@ -330,3 +349,19 @@ def _compose_row_c(steps: list[Step], regions: list[str], target: str, per_row_o
     else:
         out.append(f"{loop} kw_out[j] = kw_{last.local}(j);")
     return "\n".join(out)
+
+
+def _cuda_row_task(st: Step, region: str, by_local: dict[str, Step]) -> list[str]:
+    """A CUDA row task, written as the C++ row kernel's loop over the row (line_target), run by
+    thread 0 of the block; its value reaches the other threads through shared memory (one value
+    a row) or the output row (a whole row), after the block's barrier."""
+    head = [f"        auto kw_in_{i} = {('kw_' + o) if o in by_local else o};" for i, o in st.inputs]
+    head += [f"        auto {i} = kw_in_{i};" for i, _ in st.inputs]
+    body = _indent(region, "        ")
+    if st.per_row:
+        return [f"__shared__ float kw_sh_{st.local};", "if (threadIdx.x == 0) {", *head, "        float y = 0.0f;",
+                *body, f"        kw_sh_{st.local} = y;", "}", "__syncthreads();",
+                f"const float {st.local} = kw_sh_{st.local};"]
+    return ["if (threadIdx.x == 0) {", *head, "        float* const y = kw_out;", *body, "}",
+            "__syncthreads();  // the row is written before any thread reads it back",
+            f"auto kw_{st.local} = [&](int64_t j) -> float {{ return kw_out[j]; }};"]

@@ -48,17 +48,18 @@ def run(ctx: RunContext, n: int, turns: int, temperature: float) -> Optional[boo
         return None
     from kernelwright.device import resolve_size
     from kernelwright.scaffold import plan_task, write
-    from kernelwright.scaffold.steps import split
+    from kernelwright.scaffold.steps import line_target, split, worth_it
 
     plan = plan_task(ctx.task, resolve_size(ctx.eval_config.device, ctx.eval_config.size),
                      device=ctx.eval_config.device).for_target(ctx.target)
     steps = split(plan)
-    if not steps:
+    if not steps or not worth_it(steps, ctx.target):
         return None
-    scaffolds = [write(st.plan, ctx.target) for st in steps]
+    targets = [line_target(st, ctx.target) for st in steps]
+    scaffolds = [write(st.plan, t) for st, t in zip(steps, targets)]
     if not all(s.available for s in scaffolds):
         return None
-    ctx.notes["steps"] = [st.line for st in steps]
+    ctx.notes["steps"] = [{"line": st.line, "target": t} for st, t in zip(steps, targets)]
     base = [ctx.messages(prompts.render("task", **_vars(ctx, s))) for s in scaffolds]
     conversation = list(base)
     tried: list[set[str]] = [set() for _ in steps]
@@ -72,7 +73,7 @@ def run(ctx: RunContext, n: int, turns: int, temperature: float) -> Optional[boo
         answers = ctx._generate_all(requests)
         per_sample = (time.monotonic() - started) / max(1, sum(len(a) for a in answers))
         for k, comps in zip(todo, answers):
-            samples = _line_samples(ctx, scaffolds[k], steps[k], comps, tried[k], per_sample)
+            samples = _line_samples(ctx, scaffolds[k], targets[k], steps[k], comps, tried[k], per_sample)
             ctx.progress(Searched(turn=turn, drawn=len(samples), distinct=len(search._distinct(samples)),
                                   checked=sum(1 for s in samples if s.check is not None),
                                   passed=sum(1 for s in search._distinct(samples) if s.check is not None
@@ -84,18 +85,22 @@ def run(ctx: RunContext, n: int, turns: int, temperature: float) -> Optional[boo
             if passes:
                 solved[k] = sorted(passes, key=lambda p: (-p[0].votes, p[0].index))
             elif not c.has("no_repair"):
-                conversation[k] = _repair(ctx, base[k], samples) or base[k]
+                conversation[k] = _repair(base[k], scaffolds[k].language, samples) or base[k]
         if len(solved) == len(steps):
             return _build(ctx, steps, solved, sc, turn, n)
     return False
 
 
 def _vars(ctx: RunContext, sc: Any) -> dict[str, Any]:
-    """The task prompt's variables with the line's own scaffold in place of the region's."""
+    """The task prompt's variables with the line's own scaffold in place of the region's (its
+    target's, where the line is written in another language: line_target)."""
+    from kernelwright.strategies.base import TARGET_NAMES
+
     seg = sc.segment
     region = {"kernel_view": sc.kernel_view.strip("\n"), "variables": sc.variables, "torch_lines": seg.torch_lines,
               "module_notes": seg.module_notes, "op_notes": seg.op_notes}
-    return {**search.prompt_vars(ctx), "scaffold": region}
+    return {**search.prompt_vars(ctx), "scaffold": region, "fence": sc.language, "target": sc.target,
+            "target_name": TARGET_NAMES[sc.target]}
 
 
 def _grammar(ctx: RunContext, sc: Any) -> Optional[str]:
@@ -106,7 +111,7 @@ def _grammar(ctx: RunContext, sc: Any) -> Optional[str]:
     return region_grammar(sc) or None
 
 
-def _line_samples(ctx: RunContext, sc: Any, step: Any, comps: list[Completion], tried: set[str],
+def _line_samples(ctx: RunContext, sc: Any, target: str, step: Any, comps: list[Completion], tried: set[str],
                   per_sample: float) -> list[Sample]:
     from kernelwright.scaffold import assemble, precheck_many
 
@@ -120,7 +125,7 @@ def _line_samples(ctx: RunContext, sc: Any, step: Any, comps: list[Completion], 
         samples.append(s)
     search._dedupe(samples, tried)
     todo = [s for s in search._distinct(samples) if s.region.strip()]
-    for s, check in zip(todo, precheck_many(step.plan, ctx.target, [s.region for s in todo]) if todo else []):
+    for s, check in zip(todo, precheck_many(step.plan, target, [s.region for s in todo]) if todo else []):
         s.check = check
     return samples
 
@@ -162,13 +167,13 @@ def _record(ctx: RunContext, messages: tuple[ChatMessage, ...], samples: list[Sa
     return out
 
 
-def _repair(ctx: RunContext, base: tuple[ChatMessage, ...], samples: list[Sample]) -> Optional[tuple[ChatMessage, ...]]:
+def _repair(base: tuple[ChatMessage, ...], fence: str, samples: list[Sample]) -> Optional[tuple[ChatMessage, ...]]:
     """The line's follow-up: its most-agreed refuted answer and that answer's problem."""
     failing = [s for s in search._distinct(samples) if s.region.strip() and s.check is not None]
     if not failing:
         return None
     s = min(failing, key=lambda x: (-x.votes, x.index))
-    return search.follow_up(base, ctx.task_vars()["fence"], s.region, s.check.render())
+    return search.follow_up(base, fence, s.region, s.check.render())
 
 
 def _choices(solved: dict[int, list[tuple[Sample, Attempt]]], lines: int) -> list[list[int]]:

@@ -16,7 +16,7 @@ import pytest
 from kernelwright.scaffold import SegmentKind, plan_tasks, precheck_many, write
 from kernelwright.scaffold.oracle import region
 from kernelwright.scaffold.precheck.compare import decode
-from kernelwright.scaffold.steps import compose, split
+from kernelwright.scaffold.steps import compose, line_target, split, worth_it
 from kernelwright.tasks import load_tasks
 
 HARDSWISH = "builtin/L2/06_channel_affine_hardswish_residual"  # 4 lines; the last reads line 3 and the module's x
@@ -27,12 +27,13 @@ RMS = "builtin/L1/09_rms_norm"  # a row: elementwise lines on whole rows and on 
 NORM_SILU = "builtin/L2/03_linear_layernorm_silu"  # a row task with a whole-row result, read back by the next line
 ROWMAX = "builtin/L2/08_linear_silu_rowmax"  # one value a row out
 SOFTMAX_SCALE = "builtin/L2/05_linear_softmax_scale"
+SOFTMAX = "builtin/L1/03_softmax"  # one line, a row task: split for CUDA only
 
 
 @pytest.fixture(scope="module")
 def plans():
     tasks = [t for t in load_tasks("builtin") if t.id in (HARDSWISH, SOFTPLUS, MIXTURE, GELU, RMS, NORM_SILU, ROWMAX,
-                                                                 SOFTMAX_SCALE)]
+                                                                 SOFTMAX_SCALE, SOFTMAX)]
     return dict(zip([t.id for t in tasks], plan_tasks(tasks)))
 
 
@@ -63,8 +64,22 @@ def test_a_line_that_does_not_read_the_modules_x_does_not_see_it(plans) -> None:
     assert [a.name for a in second.args] == ["x", "expert_b_down"]
 
 
-def test_a_single_line_is_not_split(plans) -> None:
+def test_a_single_elementwise_line_is_not_split(plans) -> None:
     assert split(plans[GELU]) == []
+
+
+def test_cuda_row_tasks_are_cpp_loops_run_by_one_thread(plans) -> None:
+    """A CUDA row task is the C++ row kernel's task (a loop over the row, no block reductions);
+    a single-line row is worth splitting in CUDA only."""
+    [one] = split(plans[SOFTMAX])
+    assert one.row_task and line_target(one, "cuda") == "cpp" and line_target(one, "triton") == "triton"
+    assert worth_it([one], "cuda") and not worth_it([one], "cpp") and not worth_it([one], "triton")
+    rms = split(plans[RMS])
+    assert [line_target(st, "cuda") for st in rms] == ["cuda", "cpp", "cuda", "cuda", "cuda", "cuda"]
+    composed = compose(rms, [region(write(st.plan, line_target(st, "cuda"))) for st in rms], plans[RMS].segment,
+                       "cuda")
+    assert "__shared__ float kw_sh_v2;" in composed and "if (threadIdx.x == 0) {" in composed
+    assert composed.count("__syncthreads();") == 1
 
 
 def test_a_row_is_split_into_elementwise_lines_and_row_tasks(plans) -> None:
@@ -91,9 +106,9 @@ def _check(plan, target: str) -> None:
     assert steps
     answers = []
     for st in steps:
-        sc = write(st.plan, target)
+        sc = write(st.plan, line_target(st, target))
         right, wrong = region(sc), region(sc, wrong=True)
-        got = precheck_many(st.plan, target, [right, wrong])
+        got = precheck_many(st.plan, line_target(st, target), [right, wrong])
         assert [g.status.value for g in got] == ["pass", "counterexample"], (st.line, got)
         answers.append(right)
     whole = write(plan, target)
@@ -101,7 +116,7 @@ def _check(plan, target: str) -> None:
     assert precheck_many(plan, target, [composed])[0].passed, composed
     # a wrong line anywhere makes the composed region wrong
     bad = list(answers)
-    bad[1] = region(write(steps[1].plan, target), wrong=True)
+    bad[-1] = region(write(steps[-1].plan, line_target(steps[-1], target)), wrong=True)
     assert precheck_many(plan, target, [compose(steps, bad, plan.segment, target)])[0].status.value == "counterexample"
 
 
@@ -112,7 +127,7 @@ def test_right_lines_compose_into_a_right_region_triton(task_id, plans) -> None:
 
 @pytest.mark.build
 @pytest.mark.parametrize("target", ["cpp", "cuda"])
-@pytest.mark.parametrize("task_id", [HARDSWISH, SOFTPLUS, RMS, NORM_SILU, ROWMAX])
+@pytest.mark.parametrize("task_id", [HARDSWISH, SOFTPLUS, RMS, NORM_SILU, ROWMAX, SOFTMAX])
 def test_right_lines_compose_into_a_right_region(task_id, target, plans) -> None:
     _check(plans[task_id], target)
 
@@ -127,19 +142,30 @@ def test_a_lines_temporaries_stay_in_its_scope(plans) -> None:
     assert py.splitlines()[0] == "kw_x_in = x" and py.count("\nx = kw_x_in") == 2 and py.splitlines()[-1] == "y = v3"
 
 
+# How the embedded model writes a row in C++ (std:: math, loops over the row): in CUDA device code too
+CPP_SOFTMAX = """float m = -INFINITY;
+for (int64_t j = 0; j < cols; ++j) m = std::fmax(m, x(j));
+float s = 0.0f;
+for (int64_t j = 0; j < cols; ++j) s += std::exp(x(j) - m);
+for (int64_t j = 0; j < cols; ++j) y[j] = std::exp(x(j) - m) / s;"""
+
+
 @pytest.mark.build
 @pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_a_composed_cuda_row_region_compiles(plans, tmp_path) -> None:
-    """The CUDA composition of a row (a softmax writing the output row, __syncthreads, a lambda
-    reading it back, the store loop) built by nvcc as on a GPU machine (compile only)."""
+    """The CUDA composition of a row (a softmax written as a C++ loop, run by thread 0 into the
+    output row, __syncthreads, a lambda reading it back, the block-strided store) pre-checks right
+    and is built by nvcc as on a GPU machine (compile only)."""
     from kernelwright.evaluate import EvalConfig, evaluate
 
     plan = plans[SOFTMAX_SCALE]
     steps = split(plan)
     assert [s.row_task for s in steps] == [True, False]
-    composed = compose(steps, [region(write(s.plan, "cuda")) for s in steps], plan.segment, "cuda")
-    assert "__syncthreads();" in composed
+    answers = [CPP_SOFTMAX, region(write(steps[1].plan, "cuda"))]
+    assert precheck_many(steps[0].plan, "cpp", [CPP_SOFTMAX])[0].passed
+    composed = compose(steps, answers, plan.segment, "cuda")
+    assert precheck_many(plan, "cuda", [composed])[0].passed, composed
     task = next(t for t in load_tasks("builtin") if t.id == SOFTMAX_SCALE)
     result = evaluate(task, write(plan, "cuda").program_with(composed),
                       EvalConfig(device="cuda", compile_only=True, timeout=900.0, cache_dir=str(tmp_path)))
