@@ -118,20 +118,22 @@ class Backend(Protocol):
 def check_counts(requests: Sequence[GenerationRequest], results: list[list[Completion]], who: str,
                  until_deadline: bool = False) -> None:
     """Backends call this last: a short answer is a bug, never something to pass on silently
-    (`until_deadline`: a backend that stopped sampling at a deadline returns 1 to n per request)."""
+    (`until_deadline`: a backend that stopped sampling at a deadline returns 1 to n for the first
+    request, 0 to n for the others)."""
     if len(results) != len(requests):
         raise BackendError(f"{who} returned {len(results)} results for {len(requests)} requests")
     for i, (req, got) in enumerate(zip(requests, results, strict=True)):
-        if len(got) != req.n and not (until_deadline and 1 <= len(got) < req.n):
+        if len(got) != req.n and not (until_deadline and (1 if i == 0 else 0) <= len(got) < req.n):
             raise BackendError(f"{who} returned {len(got)} completions for request {i}, asked for n={req.n}")
 
 
 def generate_until(backend: Backend, requests: Sequence[GenerationRequest],
                    deadline: float | None) -> list[list[Completion]]:
     """`backend.generate`, stopping at `deadline` (time.monotonic()) where the backend can: one that
-    draws its n samples one after another (`stops_at_deadline`) starts no new sample of a request
-    once the deadline has passed, and returns the samples drawn so far (at least one). Others
-    generate all n (a batch cannot be cut short)."""
+    draws its n samples one after another (`stops_at_deadline`) starts no new sample once the
+    deadline has passed, and returns the samples drawn so far (at least one, in the first request:
+    a call is never empty; the later requests of a call may get none). Others generate all n (a
+    batch cannot be cut short)."""
     if deadline is not None and getattr(backend, "stops_at_deadline", False):
         return backend.generate(requests, deadline=deadline)  # type: ignore[call-arg]
     return backend.generate(requests)

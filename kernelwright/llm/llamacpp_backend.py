@@ -122,7 +122,10 @@ class LlamaCppBackend:
             for r in requests:
                 got: list[Completion] = []
                 for i in range(r.n):
-                    if got and deadline is not None and time.monotonic() >= deadline:
+                    # past the deadline nothing new is started, but the call returns one sample
+                    # (search a line at a time asks for every line in one call: one sample each
+                    # cost optimize's 5-minute budget 16 s)
+                    if (got or results) and deadline is not None and time.monotonic() >= deadline:
                         log.info("deadline: %d of %d samples drawn", len(got), r.n)
                         break
                     got.append(self._one(r, r.sample_seed(i), fresh=i == 0))

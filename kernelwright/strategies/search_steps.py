@@ -201,7 +201,7 @@ def _build(ctx: RunContext, steps: list[Any], solved: dict[int, list[tuple[Sampl
     plan_checks = precheck_many(_plan(ctx), ctx.target, regions)
     sample = len(steps) * n
     built = 0
-    for pick, region, check in zip(picks, regions, plan_checks):
+    for c, (pick, region, check) in enumerate(zip(picks, regions, plan_checks)):
         if built >= MAX_COMPOSED:
             break
         sources = [solved[k][p][1].id for k, p in enumerate(pick)]
@@ -222,12 +222,12 @@ def _build(ctx: RunContext, steps: list[Any], solved: dict[int, list[tuple[Sampl
             from kernelwright.grounding.ground import ground
 
             grounding = ground(code, ctx.target)
-        ctx.progress(Evaluating(turn=turn, sample=sample, n=len(picks)))
+        ctx.progress(Evaluating(turn=turn, sample=c, n=len(picks)))  # the c-th composed region
         result = ctx.executor.evaluate(ctx.task, grounding.code if grounding is not None else code,
                                        replace(ctx.eval_config))
         attempt = _composed(ctx, region, result, turn, sample, sources, check, built=True, code=code,
                             grounding=grounding)
-        ctx.progress(Judged(turn=turn, sample=sample, n=len(picks), verdict=result.verdict.value,
+        ctx.progress(Judged(turn=turn, sample=c, n=len(picks), verdict=result.verdict.value,
                             speedup=result.speedup, custom=result.custom_kernel))
         sample += 1
         built += 1
