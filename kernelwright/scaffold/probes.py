@@ -293,8 +293,8 @@ def _rows(seg: Segment, sub: fx.GraphModule, call_args: list[torch.Tensor], arg_
     for r, (label, values) in zip(chosen.tolist(), designs):
         m[r] = values.to(m.dtype)
         labels.append(label)
-    out, steps, step_dtypes, step_rows = _run_row_steps(sub, args, main, rows, chosen)
     flat = (chosen[:, None] * cols + torch.arange(cols, device=main.device)[None, :]).reshape(-1)
+    out, steps, step_dtypes, step_rows = _run_row_steps(sub, args, main, rows, chosen, flat)
     named = list(zip(arg_names, args)) + list(fixed.items())
     inputs = {name: encode(_gather(a, main.shape, flat)) for name, a in named}
     flat_out = out.reshape(rows, -1)[chosen]
@@ -303,10 +303,10 @@ def _rows(seg: Segment, sub: fx.GraphModule, call_args: list[torch.Tensor], arg_
 
 
 def _run_row_steps(sub: fx.GraphModule, args: list[torch.Tensor], main: torch.Tensor, rows: int,
-                   chosen: torch.Tensor) -> tuple[torch.Tensor, list[str], list[str], list[bool]]:
+                   chosen: torch.Tensor, flat: torch.Tensor) -> tuple[torch.Tensor, list[str], list[str], list[bool]]:
     """A row segment's output, and each op's value on the probe rows, in op order: a whole row
-    (the main input's shape: count * cols values) or one value a row (count values, step_rows).
-    Anything else is "" (that line cannot be checked alone)."""
+    (the main input's shape, or broadcast against it like a norm's weight: count * cols values) or
+    one value a row (count values, step_rows). Anything else is "" (that line cannot be checked alone)."""
     interp = fx.Interpreter(sub, garbage_collect_values=False)
     out = interp.run(*args)
     steps, dtypes, per_row = [], [], []
@@ -322,6 +322,9 @@ def _run_row_steps(sub: fx.GraphModule, args: list[torch.Tensor], main: torch.Te
         elif v.numel() == rows:
             steps.append(encode(v.reshape(rows)[chosen])), dtypes.append(str(v.dtype).removeprefix("torch."))
             per_row.append(True)
+        elif v.dim() <= main.dim() and all(d in (1, s) for d, s in zip(reversed(v.shape), reversed(main.shape))):
+            steps.append(encode(_gather(v, main.shape, flat))), dtypes.append(str(v.dtype).removeprefix("torch."))
+            per_row.append(False)
         else:
             steps.append(""), dtypes.append(""), per_row.append(False)
     return out, steps, dtypes, per_row

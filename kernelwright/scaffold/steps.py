@@ -80,10 +80,10 @@ def _rename(line: str, names: dict[str, str]) -> str:
 
 def line_target(step: Step, target: str) -> str:
     """The language a line's task is written and checked in. CUDA's row tasks are C++ loops over
-    the row (the C++ row kernel's task), run by one thread of the block in the composition: the
-    1.5B model writes the block-strided loop and then leaves out block_sum, or calls it on the
-    row's accessor, in 32 of 32 answers for row_sum (H200, 2026-12-03), where its C++ row loops
-    pass (22 of 27 C++ cells correct the same day)."""
+    the row (the C++ row kernel's task), run by one thread of the block in the composition: all
+    32 of the 1.5B model's answers for row_sum failed at the block's reduction (the strided loop
+    without block_sum, block_sum on the row's accessor or on nothing; H200, 2026-12-03), where its
+    C++ row loops pass (22 of 27 C++ cells correct the same day)."""
     return "cpp" if target == "cuda" and step.row_task else target
 
 

@@ -28,12 +28,13 @@ NORM_SILU = "builtin/L2/03_linear_layernorm_silu"  # a row task with a whole-row
 ROWMAX = "builtin/L2/08_linear_silu_rowmax"  # one value a row out
 SOFTMAX_SCALE = "builtin/L2/05_linear_softmax_scale"
 SOFTMAX = "builtin/L1/03_softmax"  # one line, a row task: split for CUDA only
+RMS_BF16 = "builtin/L2/07_residual_add_rmsnorm_bf16"  # a line on the norm's weight alone, [cols] wide
 
 
 @pytest.fixture(scope="module")
 def plans():
     tasks = [t for t in load_tasks("builtin") if t.id in (HARDSWISH, SOFTPLUS, MIXTURE, GELU, RMS, NORM_SILU, ROWMAX,
-                                                                 SOFTMAX_SCALE, SOFTMAX)]
+                                                                 SOFTMAX_SCALE, SOFTMAX, RMS_BF16)]
     return dict(zip([t.id for t in tasks], plan_tasks(tasks)))
 
 
@@ -66,6 +67,16 @@ def test_a_line_that_does_not_read_the_modules_x_does_not_see_it(plans) -> None:
 
 def test_a_single_elementwise_line_is_not_split(plans) -> None:
     assert split(plans[GELU]) == []
+
+
+def test_a_line_on_a_weight_broadcast_against_the_row_is_split(plans) -> None:
+    """`weight.float()` has the weight's [cols] shape: its value on the probes is the weight read
+    at each probe column, one per element like the others, and its line a task on the weight."""
+    steps = split(plans[RMS_BF16])
+    assert len(steps) == 9 and steps[6].line == "y = x.float()" and steps[6].inputs == [("x", "weight")]
+    assert not steps[6].per_row and steps[8].plan.segment.out_dtype == "bfloat16"
+    cols = plans[RMS_BF16].probes.cols
+    assert decode(steps[6].plan.probes.expected)[:cols] == decode(plans[RMS_BF16].probes.inputs["weight"])[:cols]
 
 
 def test_cuda_row_tasks_are_cpp_loops_run_by_one_thread(plans) -> None:
@@ -120,7 +131,7 @@ def _check(plan, target: str) -> None:
     assert precheck_many(plan, target, [compose(steps, bad, plan.segment, target)])[0].status.value == "counterexample"
 
 
-@pytest.mark.parametrize("task_id", [HARDSWISH, SOFTPLUS, MIXTURE, RMS, NORM_SILU, ROWMAX])
+@pytest.mark.parametrize("task_id", [HARDSWISH, SOFTPLUS, MIXTURE, RMS, NORM_SILU, ROWMAX, RMS_BF16])
 def test_right_lines_compose_into_a_right_region_triton(task_id, plans) -> None:
     _check(plans[task_id], "triton")
 
