@@ -63,6 +63,8 @@ from kernelwright.strategies.search_parts import (  # noqa: F401 -- the regime's
     follow_up,
     normalise,
     prompt_vars,
+    sample_note,
+    task_plan,
 )
 
 log = logging.getLogger(__name__)
@@ -129,17 +131,12 @@ def _precheck(ctx: RunContext, samples: list[Sample]) -> None:
     sc = ctx.scaffold()
     if sc is None or ctx.config.has("no_precheck"):
         return
-    from kernelwright.device import resolve_size
-    from kernelwright.scaffold import plan_task
     from kernelwright.scaffold.precheck import precheck_many
 
     todo = [s for s in _distinct(samples) if s.region.strip()]
     if not todo:
         return
-    # the plan the scaffold was written from (cached): it carries the probes and PyTorch's values
-    plan = plan_task(ctx.task, resolve_size(ctx.eval_config.device, ctx.eval_config.size),
-                     device=ctx.eval_config.device)
-    for s, check in zip(todo, precheck_many(plan, sc.target, [s.region for s in todo])):
+    for s, check in zip(todo, precheck_many(task_plan(ctx), sc.target, [s.region for s in todo])):
         s.check = check
 
 
@@ -224,11 +221,7 @@ def _record(ctx: RunContext, messages: tuple[ChatMessage, ...], samples: list[Sa
     out = []
     for s in samples:
         result = s.result if s.result is not None else _unbuilt_result(ctx, s, samples)
-        note = {"drawn": len(samples), "votes": samples[s.twin].votes if s.twin is not None else s.votes,
-                "duplicate_of": s.twin, "built": s.built, "constrained": s.completion.constrained,
-                "precheck": s.check.model_dump(mode="json") if s.check is not None else None}
-        if s.notes.get("seen_before"):
-            note["seen_before"] = True
+        note = sample_note(s, samples)
         if s.notes.get("shared_build"):
             note["shared_build"] = s.notes["shared_build"]  # judged as one of this many programs of one extension
         attempt = ctx._attempt(messages, s.completion, s.code, s.grounding, result, turn, s.index,

@@ -41,9 +41,29 @@ def normalise(region: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
-def _grammar(ctx: RunContext) -> Optional[str]:
-    """The region's language, when there is a region and +grammar asks for it."""
-    sc = ctx.scaffold()
+def task_plan(ctx: RunContext) -> Any:
+    """The plan the task's scaffold was written from (cached): it carries the probes and PyTorch's
+    values on them, which every pre-check reads."""
+    from kernelwright.device import resolve_size
+    from kernelwright.scaffold import plan_task
+
+    return plan_task(ctx.task, resolve_size(ctx.eval_config.device, ctx.eval_config.size),
+                     device=ctx.eval_config.device)
+
+
+def sample_note(s: Sample, samples: list[Sample]) -> dict[str, Any]:
+    """notes["search"] of a drawn sample: what became of it among the turn's samples."""
+    note = {"drawn": len(samples), "votes": samples[s.twin].votes if s.twin is not None else s.votes,
+            "duplicate_of": s.twin, "built": s.built, "constrained": s.completion.constrained,
+            "precheck": s.check.model_dump(mode="json") if s.check is not None else None}
+    if s.notes.get("seen_before"):
+        note["seen_before"] = True
+    return note
+
+
+def _grammar(ctx: RunContext, sc: Any = None) -> Optional[str]:
+    """The language of a region (the task's, or ``sc``'s: a line's), when +grammar asks for it."""
+    sc = sc if sc is not None else ctx.scaffold()
     if sc is None or not ctx.config.has("grammar"):
         return None
     from kernelwright.scaffold import region_grammar

@@ -46,12 +46,10 @@ def run(ctx: RunContext, n: int, turns: int, temperature: float) -> Optional[boo
     sc = ctx.scaffold()
     if sc is None or c.has("no_steps") or c.has("no_precheck"):
         return None
-    from kernelwright.device import resolve_size
-    from kernelwright.scaffold import plan_task, write
+    from kernelwright.scaffold import write
     from kernelwright.scaffold.steps import line_target, split, worth_it
 
-    plan = plan_task(ctx.task, resolve_size(ctx.eval_config.device, ctx.eval_config.size),
-                     device=ctx.eval_config.device).for_target(ctx.target)
+    plan = search.task_plan(ctx).for_target(ctx.target)
     steps = split(plan)
     if not steps or not worth_it(steps, ctx.target):
         return None
@@ -68,7 +66,7 @@ def run(ctx: RunContext, n: int, turns: int, temperature: float) -> Optional[boo
         todo = [k for k in range(len(steps)) if k not in solved]
         ctx.progress(Generating(turn=turn, n=n * len(todo)))
         requests = [ctx._request(conversation[k], n, temperature, c.max_tokens, c.seed + 1000 * turn + 17 * k)
-                    .model_copy(update={"grammar": _grammar(ctx, scaffolds[k])}) for k in todo]
+                    .model_copy(update={"grammar": search._grammar(ctx, scaffolds[k])}) for k in todo]
         started = time.monotonic()
         answers = ctx._generate_all(requests)
         per_sample = (time.monotonic() - started) / max(1, sum(len(a) for a in answers))
@@ -101,14 +99,6 @@ def _vars(ctx: RunContext, sc: Any) -> dict[str, Any]:
               "module_notes": seg.module_notes, "op_notes": seg.op_notes}
     return {**search.prompt_vars(ctx), "scaffold": region, "fence": sc.language, "target": sc.target,
             "target_name": TARGET_NAMES[sc.target]}
-
-
-def _grammar(ctx: RunContext, sc: Any) -> Optional[str]:
-    if not ctx.config.has("grammar"):
-        return None
-    from kernelwright.scaffold import region_grammar
-
-    return region_grammar(sc) or None
 
 
 def _line_samples(ctx: RunContext, sc: Any, target: str, step: Any, comps: list[Completion], tried: set[str],
@@ -153,12 +143,7 @@ def _record(ctx: RunContext, messages: tuple[ChatMessage, ...], samples: list[Sa
             n: int, lines: int) -> list[Attempt]:
     out = []
     for s in samples:
-        note = {"drawn": len(samples), "votes": samples[s.twin].votes if s.twin is not None else s.votes,
-                "duplicate_of": s.twin, "built": False, "constrained": s.completion.constrained,
-                "precheck": s.check.model_dump(mode="json") if s.check is not None else None,
-                "line": k + 1, "lines": lines}
-        if s.notes.get("seen_before"):
-            note["seen_before"] = True
+        note = {**search.sample_note(s, samples), "line": k + 1, "lines": lines}
         attempt = ctx._attempt(messages, s.completion, None, None, _line_result(ctx, s, samples), turn,
                                k * n + s.index, s.notes["gen_s"], {**s.extra, "search": note})
         ctx.attempts.append(attempt)
@@ -198,7 +183,7 @@ def _build(ctx: RunContext, steps: list[Any], solved: dict[int, list[tuple[Sampl
     picks = _choices(solved, len(steps))
     regions = [compose(steps, [solved[k][p][0].region for k, p in enumerate(pick)], sc.segment, ctx.target)
                for pick in picks]
-    plan_checks = precheck_many(_plan(ctx), ctx.target, regions)
+    plan_checks = precheck_many(search.task_plan(ctx), ctx.target, regions)
     sample = len(steps) * n
     built = 0
     for c, (pick, region, check) in enumerate(zip(picks, regions, plan_checks)):
@@ -236,14 +221,6 @@ def _build(ctx: RunContext, steps: list[Any], solved: dict[int, list[tuple[Sampl
                 search._tune(ctx, (), [attempt], turn, sample)
             return True
     return False
-
-
-def _plan(ctx: RunContext) -> Any:
-    from kernelwright.device import resolve_size
-    from kernelwright.scaffold import plan_task
-
-    return plan_task(ctx.task, resolve_size(ctx.eval_config.device, ctx.eval_config.size),
-                     device=ctx.eval_config.device)
 
 
 def _composed(ctx: RunContext, region: str, result: EvalResult, turn: int, sample: int, sources: list[str],
