@@ -1,5 +1,5 @@
 # The H200 runs of docs/results/*-h200*.md, as run through the device tool (see scripts/device_env.sh).
-# Usage on the device, from the checkout: `bash scripts/h200_session.sh chunk|place|check|skel|search|steps|side|start|copy|pool|simple K/N|gputests FILES|poll S|collect`.
+# Usage on the device, from the checkout: `bash scripts/h200_session.sh chunk|place|check|skel|search|steps RUNS|side|start|copy|pool|simple K/N|gputests FILES|poll S|collect`.
 # Long jobs run detached from a copy (/tmp/kwb) so that a later call's fresh checkout cannot change
 # them; each writes its log under /tmp/kwout. Detached means `setsid nohup`: a job left in the call's
 # process group dies with the call. And the machine is given back 30 s after a call ends: while a
@@ -59,22 +59,20 @@ search)  # issue #17: zero_shot+scaffold vs search, CUDA and Triton on the GPU, 
   setsid nohup python3 benchmarks/copy_timing.py --device cuda --rounds 3 --out /tmp/kwout/copy-timing.md \
     > /tmp/kwout/copy-timing.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
-steps)  # issue #17, search a line at a time (2026-12-03): per target, search on the tasks that have a
-  # scaffold in it (the must-show's denominator) and zero_shot+scaffold on the whole suite, all six
-  # side by side: CUDA and Triton on the GPU, C++ on the host's CPU; the model on the GPU for all
+steps)  # issue #17, search a line at a time: `steps TARGET:REGIME...` (2026-12-03b: cuda:search
+  # triton:search triton:zero_shot+scaffold), each a study on the tasks that have a scaffold in its
+  # target (the must-show's denominator), side by side, the model on the GPU for all; C++ on the
+  # host's CPU. Six at once oversubscribed the 16 cores (2026-12-03): three at most, 12 cells each
   bash "$0" copy
   cd /tmp/kwb
   export PYTHONPATH=/tmp/site:/tmp/kwb
-  for t in cuda triton cpp; do
-    dev=cuda; [ $t = cpp ] && dev=cpu
+  for run in "${@:2}"; do
+    t=${run%%:*}; r=${run#*:}; dev=cuda; [ $t = cpp ] && dev=cpu
     ids=$(python3 -c "import sys; from kernelwright.tasks import load_tasks; from kernelwright.scaffold import plan_tasks, write
 ts = load_tasks('builtin'); print(' '.join('-t ' + t.id for t, p in zip(ts, plan_tasks(ts)) if write(p, sys.argv[1]).available))" $t)
-    for r in search zero_shot+scaffold; do
-      what=$ids; [ $r = search ] || what="-t builtin"
-      setsid nohup python3 -m kernelwright.cli.main study run -m "hf:qwen2.5-coder-1.5b?batch_size=64" -r $r $what \
-        --target $t --device $dev --max-tokens 768 --iters 50 --jobs 28 --compile-baseline --out /tmp/st/$t-${r%%+*} \
-        > /tmp/kwout/study-$t-${r%%+*}.log 2>&1 < /dev/null &
-    done
+    setsid nohup python3 -m kernelwright.cli.main study run -m "hf:qwen2.5-coder-1.5b?batch_size=64" -r $r $ids \
+      --target $t --device $dev --max-tokens 768 --iters 50 --jobs 12 --compile-baseline --out /tmp/st/$t-${r%%+*} \
+      > /tmp/kwout/study-$t-${r%%+*}.log 2>&1 < /dev/null &
   done
   disown -a; sleep 2; echo started ;;
 side)  # issue #19: two studies side by side on one GPU (CUDA and Triton targets, the built-in suite at

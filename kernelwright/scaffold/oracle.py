@@ -204,6 +204,11 @@ def _ops(em: Emitter) -> tuple[Any, Any]:
     t.softmax, t.log_softmax, t.tanh, t.sigmoid, t.relu, t.clamp = softmax, log_softmax, tanh, sigmoid, relu, clamp
     t.rsqrt = lambda v: em.lift(v, "rsqrt", v.expr)
     t.amax = lambda v, dim=None, keepdim=False: em.reduce("max", v)
+    # the parts of a composite op's definition (scaffold/decompose.py)
+    t.sum = lambda v, dim=None, keepdim=False: em.reduce("sum", v)
+    t.mean = lambda v, dim=None, keepdim=False: em.reduce("mean", v)
+    for name in ("exp", "abs", "log", "log1p"):
+        setattr(t, name, lambda v, name=name: em.lift(v, name, v.expr))
     t.cumsum = None  # only as a whole segment: see region()
     return t, f
 

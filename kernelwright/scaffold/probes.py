@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import base64
 import math
-from typing import Any
+from typing import Any, Callable, Optional
 
 import torch
 from torch import fx
 
 from kernelwright.analysis import ops
-from kernelwright.scaffold.types import Probes, Segment, SegmentKind
+from kernelwright.scaffold import decompose
+from kernelwright.scaffold.types import Probes, Segment, SegmentKind, StepPart
 
 ELEMENTS = 512
 ROWS = 6
@@ -176,7 +177,7 @@ def probe(seg: Segment, sub: fx.GraphModule, call_args: list[torch.Tensor], arg_
     scale = _scale(call_args[main_pos])
     with torch.no_grad():
         if seg.kind == SegmentKind.ELEMENTWISE:
-            p = _elementwise(sub, call_args, arg_names, main_pos, fixed, consts, scale, gen)
+            p = _elementwise(sub, call_args, arg_names, main_pos, fixed, consts, scale, gen, seg.targets)
         else:
             p = _rows(seg, sub, call_args, arg_names, main_pos, fixed, consts, scale, gen)
     missing = {a.name for a in seg.args} - set(p.inputs)
@@ -212,7 +213,8 @@ def _writable(call_args: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def _elementwise(sub: fx.GraphModule, call_args: list[torch.Tensor], arg_names: list[str], main_pos: int,
-                 fixed: dict[str, torch.Tensor], consts: list[float], scale: float, gen: torch.Generator) -> Probes:
+                 fixed: dict[str, torch.Tensor], consts: list[float], scale: float, gen: torch.Generator,
+                 targets: list[str]) -> Probes:
     main = call_args[main_pos]
     n = main.numel()
     top = 4.0 * max([scale] + [abs(c) for c in consts])
@@ -240,31 +242,49 @@ def _elementwise(sub: fx.GraphModule, call_args: list[torch.Tensor], arg_names: 
         near = near[:len(search)]
         flat_main[search[:len(near)]] = torch.tensor(near, dtype=flat_main.dtype, device=main.device)
         labels[count - len(search):] = ["kink"] * len(near) + ["kink search"] * (len(search) - len(near))
-    out, steps, step_dtypes = _run_steps(sub, args, main.shape, pos)
+    out, steps, step_dtypes, parts = _run_steps(sub, args, main.shape, pos, targets)
     named = list(zip(arg_names, args)) + list(fixed.items())
     inputs = {name: encode(_gather(a, main.shape, pos)) for name, a in named}
     return Probes(count=count, cols=1, inputs=inputs, expected=encode(out.reshape(-1)[pos]), labels=labels,
-                  steps=steps, step_dtypes=step_dtypes)
+                  steps=steps, step_dtypes=step_dtypes, step_parts=parts)
 
 
-def _run_steps(sub: fx.GraphModule, args: list[torch.Tensor], shape: torch.Size,
-               pos: torch.Tensor) -> tuple[torch.Tensor, list[str], list[str]]:
+def _run_steps(sub: fx.GraphModule, args: list[torch.Tensor], shape: torch.Size, pos: torch.Tensor,
+               targets: list[str]) -> tuple[torch.Tensor, list[str], list[str], list[list[StepPart]]]:
     """The segment's output, and each of its ops' values at the probe positions, in op order (the
     order of the segment's torch lines): what each line computes on the probes, so a region written
     one line at a time can be checked a line at a time (scaffold/steps.py). A value that is not a
-    floating tensor broadcastable to the main input is "" (that line cannot be checked alone)."""
+    floating tensor broadcastable to the main input is "" (that line cannot be checked alone).
+    With them, a composite op's parts (decompose.py)."""
     interp = fx.Interpreter(sub, garbage_collect_values=False)
     out = interp.run(*args)
-    steps, dtypes = [], []
-    for node in sub.graph.nodes:
-        if node.op in ("placeholder", "output"):
-            continue
-        v = interp.env.get(node)
+
+    def coded(v: Any) -> Optional[tuple[str, bool]]:
         ok = isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() <= len(shape) and \
             all(d in (1, s) for d, s in zip(reversed(v.shape), reversed(shape)))
-        steps.append(encode(_gather(v, shape, pos)) if ok else "")
-        dtypes.append(str(v.dtype).removeprefix("torch.") if ok else "")
-    return out, steps, dtypes
+        return (encode(_gather(v, shape, pos)), False) if ok else None
+
+    steps, dtypes = [], []
+    for node in _op_nodes(sub):
+        v = interp.env.get(node)
+        c = coded(v)
+        steps.append(c[0] if c else "")
+        dtypes.append(str(v.dtype).removeprefix("torch.") if c else "")
+    return out, steps, dtypes, _all_parts(sub, interp.env, targets, coded)
+
+
+def _op_nodes(sub: fx.GraphModule) -> list[fx.Node]:
+    return [n for n in sub.graph.nodes if n.op not in ("placeholder", "output")]
+
+
+def _all_parts(sub: fx.GraphModule, env: dict[fx.Node, Any], targets: list[str],
+               coded: Callable[[Any], Optional[tuple[str, bool]]]) -> list[list[StepPart]]:
+    """Each op's parts ([] where it is not split); none where the ops are not the segment's targets
+    one for one (a no-op node among them)."""
+    nodes = _op_nodes(sub)
+    if len(nodes) != len(targets):
+        return []
+    return [decompose.parts(n, t, sub, env, coded) for n, t in zip(nodes, targets, strict=True)]
 
 
 def _rows(seg: Segment, sub: fx.GraphModule, call_args: list[torch.Tensor], arg_names: list[str], main_pos: int,
@@ -294,37 +314,39 @@ def _rows(seg: Segment, sub: fx.GraphModule, call_args: list[torch.Tensor], arg_
         m[r] = values.to(m.dtype)
         labels.append(label)
     flat = (chosen[:, None] * cols + torch.arange(cols, device=main.device)[None, :]).reshape(-1)
-    out, steps, step_dtypes, step_rows = _run_row_steps(sub, args, main, rows, chosen, flat)
+    out, steps, step_dtypes, step_rows, parts = _run_row_steps(sub, args, main, rows, chosen, flat, seg.targets)
     named = list(zip(arg_names, args)) + list(fixed.items())
     inputs = {name: encode(_gather(a, main.shape, flat)) for name, a in named}
     flat_out = out.reshape(rows, -1)[chosen]
     return Probes(count=count, cols=cols, inputs=inputs, expected=encode(flat_out), labels=labels,
-                  steps=steps, step_dtypes=step_dtypes, step_rows=step_rows)
+                  steps=steps, step_dtypes=step_dtypes, step_rows=step_rows, step_parts=parts)
 
 
 def _run_row_steps(sub: fx.GraphModule, args: list[torch.Tensor], main: torch.Tensor, rows: int,
-                   chosen: torch.Tensor, flat: torch.Tensor) -> tuple[torch.Tensor, list[str], list[str], list[bool]]:
+                   chosen: torch.Tensor, flat: torch.Tensor, targets: list[str],
+                   ) -> tuple[torch.Tensor, list[str], list[str], list[bool], list[list[StepPart]]]:
     """A row segment's output, and each op's value on the probe rows, in op order: a whole row
     (the main input's shape, or broadcast against it like a norm's weight: count * cols values) or
-    one value a row (count values, step_rows). Anything else is "" (that line cannot be checked alone)."""
+    one value a row (count values, step_rows). Anything else is "" (that line cannot be checked
+    alone). With them, a composite op's parts (decompose.py)."""
     interp = fx.Interpreter(sub, garbage_collect_values=False)
     out = interp.run(*args)
-    steps, dtypes, per_row = [], [], []
-    for node in sub.graph.nodes:
-        if node.op in ("placeholder", "output"):
-            continue
-        v = interp.env.get(node)
+
+    def coded(v: Any) -> Optional[tuple[str, bool]]:
         if not isinstance(v, torch.Tensor) or not v.is_floating_point():
-            steps.append(""), dtypes.append(""), per_row.append(False)
-        elif tuple(v.shape) == tuple(main.shape):
-            steps.append(encode(v.reshape(rows, -1)[chosen])), dtypes.append(str(v.dtype).removeprefix("torch."))
-            per_row.append(False)
-        elif v.numel() == rows:
-            steps.append(encode(v.reshape(rows)[chosen])), dtypes.append(str(v.dtype).removeprefix("torch."))
-            per_row.append(True)
-        elif v.dim() <= main.dim() and all(d in (1, s) for d, s in zip(reversed(v.shape), reversed(main.shape))):
-            steps.append(encode(_gather(v, main.shape, flat))), dtypes.append(str(v.dtype).removeprefix("torch."))
-            per_row.append(False)
-        else:
-            steps.append(""), dtypes.append(""), per_row.append(False)
-    return out, steps, dtypes, per_row
+            return None
+        if tuple(v.shape) == tuple(main.shape):
+            return encode(v.reshape(rows, -1)[chosen]), False
+        if v.numel() == rows:
+            return encode(v.reshape(rows)[chosen]), True
+        if v.dim() <= main.dim() and all(d in (1, s) for d, s in zip(reversed(v.shape), reversed(main.shape))):
+            return encode(_gather(v, main.shape, flat)), False
+        return None
+
+    steps, dtypes, per_row = [], [], []
+    for node in _op_nodes(sub):
+        v = interp.env.get(node)
+        c = coded(v)
+        steps.append(c[0] if c else ""), per_row.append(c[1] if c else False)
+        dtypes.append(str(v.dtype).removeprefix("torch.") if c else "")
+    return out, steps, dtypes, per_row, _all_parts(sub, interp.env, targets, coded)

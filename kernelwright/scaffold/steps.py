@@ -34,7 +34,7 @@ from pydantic import BaseModel
 
 from kernelwright.analysis import ops
 from kernelwright.scaffold.semantics import notes_for
-from kernelwright.scaffold.types import KernelArg, Probes, ScaffoldPlan, Segment, SegmentKind
+from kernelwright.scaffold.types import KernelArg, Probes, ScaffoldPlan, Segment, SegmentKind, StepPart
 
 
 class Step(BaseModel):
@@ -57,6 +57,13 @@ class Step(BaseModel):
     def bindings(self) -> list[tuple[str, str]]:
         """The inputs whose name in the line's task is not their name in the region."""
         return [(i, o) for i, o in self.inputs if i != o]
+
+
+def fill(expr: str, names: dict[str, str]) -> str:
+    """A composite op's part (decompose.py) with its placeholders ({a}, {p1}, {w}, ...) replaced by ``names``."""
+    for key, name in names.items():
+        expr = expr.replace("{" + key + "}", name)
+    return expr
 
 
 def _target_name(line: str) -> Optional[str]:
@@ -94,34 +101,109 @@ def worth_it(steps: list[Step], target: str) -> bool:
     return len(steps) >= 2 or any(line_target(st, target) != target for st in steps)
 
 
-def split(plan: ScaffoldPlan) -> list[Step]:
+def split(plan: ScaffoldPlan, parts: bool = True) -> list[Step]:
     """The segment's lines as steps; [] where the region is not written a line at a time: an
     elementwise region of one line, a line whose value the probes could not keep, or a row a
-    composition cannot hold (below)."""
+    composition cannot hold (below). ``parts``: a composite op's line is the lines of its
+    definition where the planning child split it (decompose.py); else one line."""
     seg, probes = plan.segment, plan.probes
     if seg is None or probes is None or seg.kind not in (SegmentKind.ELEMENTWISE, SegmentKind.ROW):
         return []
     row = seg.kind == SegmentKind.ROW
     body, last = seg.torch_lines[:-1], seg.torch_lines[-1] if seg.torch_lines else ""
-    if len(body) < (1 if row else 2) or len(body) != len(probes.steps) or len(seg.targets) != len(body) \
+    if len(body) != len(probes.steps) or len(seg.targets) != len(body) \
             or not all(probes.steps) or not last.startswith("y = "):
         return []
     names = [_target_name(line) for line in body]
     if any(n is None for n in names) or last != f"y = {names[-1]}":
         return []
     per_row = list(probes.step_rows) if row else [False] * len(body)
-    if len(per_row) != len(body) or (row and per_row[-1] != seg.per_row_output):
+    if len(per_row) != len(body):
+        return []
+    lines = _lines(seg, probes, body, names, per_row, parts)  # type: ignore[arg-type]
+    if len(lines) < (1 if row else 2) or (row and lines[-1].per_row != seg.per_row_output):
         return []
     taken = {a.name for a in seg.args} | set(names)  # type: ignore[arg-type]
-    locals_ = [_fresh(f"v{k + 1}", taken) for k in range(len(body))]
+    locals_ = [_fresh(f"v{k + 1}", taken) for k in range(len(lines))]
+    # the segment and probes as these lines see them: a composite op's parts are lines of their own
+    seg = seg.model_copy(update={"targets": [ln.target for ln in lines], "nodes": [ln.node for ln in lines]})
+    probes = probes.model_copy(update={"steps": [ln.values for ln in lines], "step_dtypes": [ln.dtype for ln in lines],
+                                       "step_rows": [ln.per_row for ln in lines]})
+    flags = [ln.per_row for ln in lines]
     steps: list[Step] = []
-    for k, line in enumerate(body):
-        outer = _rename(line, {names[j]: locals_[j] for j in range(k)})  # type: ignore[misc]
-        step = _step(plan, seg, probes, k, outer.split("=", 1)[1].strip(), locals_, per_row, taken)
+    for k, ln in enumerate(lines):
+        outer = _rename(ln.expr, {lines[j].key: locals_[j] for j in range(k)})
+        step = _step(plan, seg, probes, k, outer, locals_, flags, taken)
         if step is None:
             return []
         steps.append(step)
     return steps if _composable(steps, seg) else []
+
+
+class _Line(BaseModel):
+    """A line to write: one of the segment's torch lines, or a part of one (decompose.py)."""
+
+    key: str  # the name later lines read it by: the torch line's own, or a part's placeholder
+    expr: str  # its value, in the segment's names and the placeholders of earlier parts
+    target: str
+    node: str
+    values: str
+    dtype: str
+    per_row: bool
+
+
+def _lines(seg: Segment, probes: Probes, body: list[str], names: list[str], per_row: list[bool],
+           split_parts: bool) -> list[_Line]:
+    """The segment's lines, a composite op's line replaced by its parts where the planning child
+    split it and its input and module arguments can be named here."""
+    out: list[_Line] = []
+    for k, line in enumerate(body):
+        expr = line.split("=", 1)[1].strip()
+        parts = probes.step_parts[k] if split_parts and k < len(probes.step_parts) else []
+        named = _part_names(seg, expr, parts) if parts else None
+        if named is None:
+            dtype = probes.step_dtypes[k] if k < len(probes.step_dtypes) and probes.step_dtypes[k] else "float32"
+            out.append(_Line(key=names[k], expr=expr, target=seg.targets[k], node=seg.nodes[k], values=probes.steps[k],
+                             dtype=dtype, per_row=per_row[k]))
+            continue
+        keys = [f"kw_part_{k}_{i + 1}" for i in range(len(parts) - 1)] + [names[k]]
+        for i, part in enumerate(parts):
+            text = fill(part.expr, {**named, **{f"p{j + 1}": keys[j] for j in range(i)}})
+            row = part.per_row and seg.kind == SegmentKind.ROW
+            out.append(_Line(key=keys[i], expr=text, target=part.target, node=seg.nodes[k], values=part.values,
+                             dtype=part.dtype, per_row=row))
+    return out
+
+
+def _part_names(seg: Segment, expr: str, parts: list[StepPart]) -> Optional[dict[str, str]]:
+    """The names a composite op's parts read: {a}, its input, and a module's {w}eight and {b}ias."""
+    try:
+        call = ast.parse(expr, mode="eval").body
+    except SyntaxError:
+        return None
+    if not isinstance(call, ast.Call):
+        return None
+    root = call.func
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    method = isinstance(call.func, ast.Attribute) and isinstance(root, ast.Name) and root.id not in ("torch", "F", "self")
+    if method:
+        arg = ast.unparse(call.func.value)  # type: ignore[attr-defined]
+    elif call.args:
+        arg = ast.unparse(call.args[0])
+    else:
+        return None
+    if not re.fullmatch(r"[A-Za-z_]\w*", arg):
+        return None
+    named = {"a": arg}
+    if any("{w}" in p.expr or "{b}" in p.expr for p in parts):
+        module = ast.unparse(call.func)
+        note = next((n for n in seg.module_notes if n.startswith(f"{module} = ")), "")
+        held = dict(re.findall(r"(\w+) is `(\w+)`", note))
+        if "weight" not in held or "bias" not in held:
+            return None
+        named |= {"w": held["weight"], "b": held["bias"]}
+    return named
 
 
 def _composable(steps: list[Step], seg: Segment) -> bool:
@@ -179,7 +261,7 @@ def _step(plan: ScaffoldPlan, seg: Segment, probes: Probes, k: int, expr: str, l
           per_row: list[bool], taken: set[str]) -> Optional[Step]:
     """Line k (``expr``, in the composed region's names) as a one-line segment."""
     def dtype(j: int) -> str:
-        return probes.step_dtypes[j] if j < len(probes.step_dtypes) and probes.step_dtypes[j] else "float32"
+        return probes.step_dtypes[j] or "float32"
 
     originals = {a.name: a for a in seg.args}
     row = seg.kind == SegmentKind.ROW

@@ -106,6 +106,19 @@ class Segment(BaseModel):
         return self.model_copy(update={"kind": SegmentKind.ELEMENTWISE, "gemm": None})
 
 
+class StepPart(BaseModel):
+    """One line of a composite op's definition (softplus, mish, softmax, a LayerNorm), so that op is
+    written a line at a time like the segment's own lines (decompose.py, steps.py)."""
+
+    target: str  # the op this part is (exp, amax, mul, ...): its kind makes it a row task or not
+    # torch text over {a} (the op's input), {p1}, {p2}, ... (earlier parts) and {w}, {b} (the
+    # weight and bias of the module the op is)
+    expr: str
+    values: str  # its value on the probes, encoded like Probes.steps
+    dtype: str = "float32"
+    per_row: bool = False
+
+
 class Probes(BaseModel):
     """Probe inputs for a segment and PyTorch's result on them, from the planning child
     (probes.py); the pre-check runs a region on them. Values are float32, little-endian, base64
@@ -122,6 +135,9 @@ class Probes(BaseModel):
     steps: list[str] = Field(default_factory=list)
     step_dtypes: list[str] = Field(default_factory=list)
     step_rows: list[bool] = Field(default_factory=list)
+    # A composite op's line as the lines of its definition, with their values ([] where a line is
+    # not split): the last part is the op's own value
+    step_parts: list[list[StepPart]] = Field(default_factory=list)
 
 
 class ScaffoldPlan(Versioned):

@@ -36,7 +36,8 @@ with a new seed), +no_shared_build (each survivor its own extension), +no_tune (
 after a verified kernel), +grammar (answers constrained to the region's language: off by default,
 it bought no pre-check passes for 2.4x the generation time, docs/results/grammar-yield.md), +n=K,
 +no_steps (an elementwise region of several lines is sampled whole instead of a line at a time,
-search_steps.py).
+search_steps.py), +no_parts (a line at a time, but a composite op's line, softplus or a softmax, one
+line rather than its definition's lines: scaffold/decompose.py).
 A task without a scaffold gets whole programs: n a turn, every one built (nothing to pre-check).
 """
 

@@ -50,7 +50,7 @@ def run(ctx: RunContext, n: int, turns: int, temperature: float) -> Optional[boo
     from kernelwright.scaffold.steps import line_target, split, worth_it
 
     plan = search.task_plan(ctx).for_target(ctx.target)
-    steps = split(plan)
+    steps = split(plan, parts=not c.has("no_parts"))
     if not steps or not worth_it(steps, ctx.target):
         return None
     targets = [line_target(st, ctx.target) for st in steps]

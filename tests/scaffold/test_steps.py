@@ -22,40 +22,50 @@ from kernelwright.tasks import load_tasks
 HARDSWISH = "builtin/L2/06_channel_affine_hardswish_residual"  # 4 lines; the last reads line 3 and the module's x
 SOFTPLUS = "builtin/L2/09_conv2d_softplus_scale_bias"  # 3 lines, a broadcast extra on the last
 MIXTURE = "builtin/L3/07_two_expert_mixture"  # a line that does not read the module's x at all
-GELU = "builtin/L1/01_gelu_tanh"  # one line: the whole region is the line
+GELU = "builtin/L1/01_gelu_tanh"  # one composite line: its definition's three lines
+BIAS = "builtin/L1/02_bias_add"  # one line, not composite: the whole region is the line
+MISH = "builtin/L2/02_conv2d_mish_clamp"  # mish: softplus's parts, a tanh and a product
 RMS = "builtin/L1/09_rms_norm"  # a row: elementwise lines on whole rows and on a value per row, a mean
 NORM_SILU = "builtin/L2/03_linear_layernorm_silu"  # a row task with a whole-row result, read back by the next line
 ROWMAX = "builtin/L2/08_linear_silu_rowmax"  # one value a row out
 SOFTMAX_SCALE = "builtin/L2/05_linear_softmax_scale"
-SOFTMAX = "builtin/L1/03_softmax"  # one line, a row task: split for CUDA only
+SOFTMAX = "builtin/L1/03_softmax"  # one line, a row task: split into max, exp, sum, divide
+LOG_SOFTMAX = "builtin/L1/04_log_softmax"
+LAYER_NORM = "builtin/L1/08_layer_norm"  # a LayerNorm module: its weight and bias in the last part
 RMS_BF16 = "builtin/L2/07_residual_add_rmsnorm_bf16"  # a line on the norm's weight alone, [cols] wide
 
 
 @pytest.fixture(scope="module")
 def plans():
     tasks = [t for t in load_tasks("builtin") if t.id in (HARDSWISH, SOFTPLUS, MIXTURE, GELU, RMS, NORM_SILU, ROWMAX,
-                                                                 SOFTMAX_SCALE, SOFTMAX, RMS_BF16)]
+                                                                 SOFTMAX_SCALE, SOFTMAX, RMS_BF16, BIAS, MISH,
+                                                                 LOG_SOFTMAX, LAYER_NORM)]
     return dict(zip([t.id for t in tasks], plan_tasks(tasks)))
 
 
 def test_each_line_is_a_task_whose_input_is_its_x(plans) -> None:
     steps = split(plans[HARDSWISH])
-    assert [s.line for s in steps] == ["y = x * gain", "y = x + shift",
-                                       "y = torch.nn.functional.hardswish(x, inplace = False)", "y = x + x_in"]
-    assert [s.local for s in steps] == ["v1", "v2", "v3", "v4"]
+    assert [s.line for s in split(plans[HARDSWISH], parts=False)] == [
+        "y = x * gain", "y = x + shift", "y = torch.nn.functional.hardswish(x, inplace = False)", "y = x + x_in"]
+    # hardswish is a composite op: the lines of its definition, the second reading its input too
+    assert [s.line for s in steps] == ["y = x * gain", "y = x + shift", "y = torch.clamp(x + 3, 0, 6)",
+                                       "y = x * v3 / 6", "y = x + x_in"]
+    assert [s.local for s in steps] == ["v1", "v2", "v3", "v4", "v5"]
     # the line's first input is its x; the module's x, read by the last line too, is its x_in there
-    assert steps[0].bindings == [] and steps[2].bindings == [("x", "v2")]
-    assert steps[3].bindings == [("x", "v3"), ("x_in", "x")]
-    last = steps[3].plan
+    assert steps[0].bindings == [] and steps[2].bindings == [("x", "v2")] and steps[3].inputs == [("x", "v2"), ("v3", "v3")]
+    assert steps[4].bindings == [("x", "v4"), ("x_in", "x")]
+    last = steps[4].plan
     assert [(a.name, a.main) for a in last.segment.args] == [("x", True), ("x_in", False)]
     # its probes are what PyTorch computed for line 3 (its x) and the module's input (its x_in),
     # and its expected values line 4's, which is the segment's output
     whole = plans[HARDSWISH].probes
-    assert last.probes.inputs["x"] == whole.steps[2] and last.probes.inputs["x_in"] == whole.inputs["x"]
+    assert decode(last.probes.inputs["x"]) == pytest.approx(decode(whole.steps[2]), rel=1e-6)
+    assert last.probes.inputs["x_in"] == whole.inputs["x"]
     assert decode(last.probes.expected) == decode(whole.expected)
-    # one op's definition a line: hardswish's on line 3 only
-    assert any("hardswish" in n for n in steps[2].plan.segment.op_notes)
-    assert not steps[0].plan.segment.op_notes and not steps[3].plan.segment.op_notes
+    # one op's definition a line: hardswish's on its line only, when not split into its parts
+    unsplit = split(plans[HARDSWISH], parts=False)
+    assert any("hardswish" in n for n in unsplit[2].plan.segment.op_notes)
+    assert not unsplit[0].plan.segment.op_notes and not unsplit[3].plan.segment.op_notes
 
 
 def test_a_line_that_does_not_read_the_modules_x_does_not_see_it(plans) -> None:
@@ -66,8 +76,29 @@ def test_a_line_that_does_not_read_the_modules_x_does_not_see_it(plans) -> None:
 
 
 def test_a_single_elementwise_line_is_not_split(plans) -> None:
-    assert split(plans[GELU]) == []
+    assert split(plans[BIAS]) == [] and split(plans[GELU], parts=False) == []
 
+
+def test_a_composite_op_is_the_lines_of_its_definition(plans) -> None:
+    """GELU's tanh form, mish, softmax and a LayerNorm module as the lines of their definitions,
+    each checked against the value the planning child computed for it in float32; the last part
+    is the op's own value (PyTorch's, within rounding)."""
+    assert [s.line for s in split(plans[GELU])] == ["y = x + 0.044715 * x * x * x",
+                                                     "y = torch.tanh(0.7978845608028654 * x)", "y = 0.5 * x * (1 + v2)"]
+    mish = split(plans[MISH])
+    assert [s.line for s in mish] == ["y = torch.exp(-torch.abs(x))", "y = torch.log1p(x)", "y = torch.relu(x) + v2",
+                                      "y = torch.tanh(x)", "y = x * v4", "y = torch.clamp(x, -0.25, 1.5)"]
+    assert mish[2].inputs == [("x", "x"), ("v2", "v2")] and mish[5].inputs == [("x", "v5")]
+    whole = plans[MISH].probes
+    assert decode(mish[4].plan.probes.expected) == pytest.approx(decode(whole.steps[0]), rel=1e-5, abs=1e-6)
+    soft = split(plans[SOFTMAX])
+    assert [(s.row_task, s.per_row) for s in soft] == [(True, True), (False, False), (True, True), (False, False)]
+    assert soft[2].line == "y = torch.sum(x, dim=-1, keepdim=True)" and soft[2].inputs == [("x", "v2")]
+    norm = split(plans[LAYER_NORM])
+    assert norm[-1].line == "y = x * v4 * weight + bias"
+    assert [a.name for a in norm[-1].plan.segment.args] == ["x", "v4", "weight", "bias"]
+    # a part that is a row task holds no module: the mean of the centred row
+    assert norm[2].row_task and norm[2].line == "y = torch.mean(x * x, dim=-1, keepdim=True)"
 
 def test_a_line_on_a_weight_broadcast_against_the_row_is_split(plans) -> None:
     """`weight.float()` has the weight's [cols] shape: its value on the probes is the weight read
@@ -82,7 +113,7 @@ def test_a_line_on_a_weight_broadcast_against_the_row_is_split(plans) -> None:
 def test_cuda_row_tasks_are_cpp_loops_run_by_one_thread(plans) -> None:
     """A CUDA row task is the C++ row kernel's task (a loop over the row, no block reductions);
     a single-line row is worth splitting in CUDA only."""
-    [one] = split(plans[SOFTMAX])
+    [one] = split(plans[SOFTMAX], parts=False)
     assert one.row_task and line_target(one, "cuda") == "cpp" and line_target(one, "triton") == "triton"
     assert worth_it([one], "cuda") and not worth_it([one], "cpp") and not worth_it([one], "triton")
     rms = split(plans[RMS])
@@ -108,12 +139,12 @@ def test_a_row_is_split_into_elementwise_lines_and_row_tasks(plans) -> None:
     assert eps.segment.kind == SegmentKind.ELEMENTWISE and eps.probes.count == plans[RMS].probes.count * cols
     assert decode(eps.probes.inputs["x"])[:cols].tolist() == [decode(plans[RMS].probes.steps[1])[0]] * cols
     # the LayerNorm's line holds the norm's weight and bias
-    norm = split(plans[NORM_SILU])[0]
+    norm = split(plans[NORM_SILU], parts=False)[0]
     assert norm.row_task and [a.name for a in norm.plan.segment.args] == ["x", "weight", "bias"]
 
 
-def _check(plan, target: str) -> None:
-    steps = split(plan)
+def _check(plan, target: str, parts: bool = True) -> None:
+    steps = split(plan, parts=parts)
     assert steps
     answers = []
     for st in steps:
@@ -131,21 +162,26 @@ def _check(plan, target: str) -> None:
     assert precheck_many(plan, target, [compose(steps, bad, plan.segment, target)])[0].status.value == "counterexample"
 
 
-@pytest.mark.parametrize("task_id", [HARDSWISH, SOFTPLUS, MIXTURE, RMS, NORM_SILU, ROWMAX, RMS_BF16])
+COMPOSITE = [GELU, MISH, SOFTMAX, LOG_SOFTMAX, LAYER_NORM]
+
+
+@pytest.mark.parametrize("task_id", [HARDSWISH, SOFTPLUS, MIXTURE, RMS, NORM_SILU, ROWMAX, RMS_BF16, *COMPOSITE])
 def test_right_lines_compose_into_a_right_region_triton(task_id, plans) -> None:
     _check(plans[task_id], "triton")
+    if task_id in (HARDSWISH, NORM_SILU):
+        _check(plans[task_id], "triton", parts=False)
 
 
 @pytest.mark.build
 @pytest.mark.parametrize("target", ["cpp", "cuda"])
-@pytest.mark.parametrize("task_id", [HARDSWISH, SOFTPLUS, RMS, NORM_SILU, ROWMAX, SOFTMAX])
+@pytest.mark.parametrize("task_id", [HARDSWISH, SOFTPLUS, RMS, NORM_SILU, ROWMAX, *COMPOSITE])
 def test_right_lines_compose_into_a_right_region(task_id, target, plans) -> None:
     _check(plans[task_id], target)
 
 
 def test_a_lines_temporaries_stay_in_its_scope(plans) -> None:
     """Each line's answer runs in its own scope (C) with its own y: two lines may both declare `t`."""
-    steps = split(plans[SOFTPLUS])
+    steps = split(plans[SOFTPLUS], parts=False)
     c = compose(steps, ["float t = x;\ny = t;"] * 3, plans[SOFTPLUS].segment, "cpp")
     assert c.count("{") == 3 and c.count("float y = x;") == 3 and c.endswith("y = v3;")
     py = compose(steps, ["y = x"] * 3, plans[SOFTPLUS].segment, "triton")
@@ -171,13 +207,19 @@ def test_a_composed_cuda_row_region_compiles(plans, tmp_path) -> None:
     from kernelwright.evaluate import EvalConfig, evaluate
 
     plan = plans[SOFTMAX_SCALE]
-    steps = split(plan)
+    steps = split(plan, parts=False)
     assert [s.row_task for s in steps] == [True, False]
     answers = [CPP_SOFTMAX, region(write(steps[1].plan, "cuda"))]
     assert precheck_many(steps[0].plan, "cpp", [CPP_SOFTMAX])[0].passed
     composed = compose(steps, answers, plan.segment, "cuda")
     assert precheck_many(plan, "cuda", [composed])[0].passed, composed
+    # and the softmax as its definition's lines: two row tasks on thread 0, three elementwise lines
+    parts = split(plan)
+    assert [s.row_task for s in parts] == [True, False, True, False, False]
+    by_parts = compose(parts, [region(write(s.plan, line_target(s, "cuda"))) for s in parts], plan.segment, "cuda")
+    assert by_parts.count("if (threadIdx.x == 0) {") == 2 and precheck_many(plan, "cuda", [by_parts])[0].passed
     task = next(t for t in load_tasks("builtin") if t.id == SOFTMAX_SCALE)
-    result = evaluate(task, write(plan, "cuda").program_with(composed),
-                      EvalConfig(device="cuda", compile_only=True, timeout=900.0, cache_dir=str(tmp_path)))
-    assert result.verdict.value == "compiled", result.error
+    for program in (composed, by_parts):
+        result = evaluate(task, write(plan, "cuda").program_with(program),
+                          EvalConfig(device="cuda", compile_only=True, timeout=900.0, cache_dir=str(tmp_path)))
+        assert result.verdict.value == "compiled", result.error

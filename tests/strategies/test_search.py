@@ -90,7 +90,7 @@ def test_a_repair_turn_follows_up_in_the_same_conversation():
 
     task = next(t for t in load_tasks("builtin") if t.id == "builtin/L1/01_gelu_tanh")
     backend = Scripted()
-    ctx = RunContext(task=task, backend=backend, config=parse_regime("search+n=2+turns=2", target="cpp",
+    ctx = RunContext(task=task, backend=backend, config=parse_regime("search+n=2+turns=2+no_parts", target="cpp",
                                                                       scaffold=True),
                      eval_config=EvalConfig(device="cpu"), cell_key="k")
     S.run(ctx)

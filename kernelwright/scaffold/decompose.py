@@ -1,0 +1,89 @@
+"""A composite op as the lines of its definition, each checked alone (planning-child side).
+
+Written a line at a time (steps.py), the 1.5B model still failed where one line is a whole
+definition: softplus (a `tl.where` on the wrong value, `log(1 + exp(v))` that overflows), mish
+(`tl.tanh(tl.softplus(x))`, names Triton does not have), GELU's tanh form, softmax and LayerNorm as
+one row task (on the H200 host, 2026-12-03: gelu_tanh, softmax, layer_norm and layernorm_silu were
+4 of the 5 C++ tasks search did not solve). Each line of their definitions is an op it writes
+right alone: `exp(-|v|)`, `log1p(v)`, a row's max, a row's sum.
+
+The parts are torch text, run here on the op's real input to give each part's value on the probes;
+a split is kept only where its last part reproduces the op's own value (the arguments a table
+entry assumes, softplus's beta and threshold, softmax over the last dim, are checked that way
+rather than parsed). Each part is computed in float32 and only float32 ops are split: a bf16 op
+rounds once, its parts would round at every line.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+from torch import fx
+
+from kernelwright.scaffold.steps import fill
+from kernelwright.scaffold.types import StepPart
+
+# torch text over {a} (the op's input) and {p1}, {p2}, ... (the parts before); the last is the op.
+# softplus(v) = max(v, 0) + log1p(exp(-|v|)): equal to log(1 + exp(v)) and never overflows, and
+# within 2e-9 of PyTorch's threshold form (v where v > 20) at the threshold
+SOFTPLUS = [("exp", "torch.exp(-torch.abs({a}))"), ("log1p", "torch.log1p({p1})"), ("add", "torch.relu({a}) + {p2}")]
+PARTS: dict[str, list[tuple[str, str]]] = {
+    "softplus": SOFTPLUS,
+    "mish": SOFTPLUS + [("tanh", "torch.tanh({p3})"), ("mul", "{a} * {p4}")],
+    "gelu_tanh": [("add", "{a} + 0.044715 * {a} * {a} * {a}"), ("tanh", "torch.tanh(0.7978845608028654 * {p1})"),
+                  ("mul", "0.5 * {a} * (1 + {p2})")],
+    "silu": [("sigmoid", "torch.sigmoid({a})"), ("mul", "{a} * {p1}")],
+    "hardswish": [("clamp", "torch.clamp({a} + 3, 0, 6)"), ("mul", "{a} * {p1} / 6")],
+    "softmax": [("amax", "torch.amax({a}, dim=-1, keepdim=True)"), ("exp", "torch.exp({a} - {p1})"),
+                ("sum", "torch.sum({p2}, dim=-1, keepdim=True)"), ("div", "{p2} / {p3}")],
+    "log_softmax": [("amax", "torch.amax({a}, dim=-1, keepdim=True)"), ("sub", "{a} - {p1}"),
+                    ("exp", "torch.exp({p2})"), ("sum", "torch.sum({p3}, dim=-1, keepdim=True)"),
+                    ("log", "torch.log({p4})"), ("sub", "{p2} - {p5}")],
+}
+
+
+def _layer_norm(eps: float, affine: bool) -> list[tuple[str, str]]:
+    last = "{p2} * {p4} * {w} + {b}" if affine else "{p2} * {p4}"
+    return [("mean", "torch.mean({a}, dim=-1, keepdim=True)"), ("sub", "{a} - {p1}"),
+            ("mean", "torch.mean({p2} * {p2}, dim=-1, keepdim=True)"), ("rsqrt", f"torch.rsqrt({{p3}} + {eps!r})"),
+            ("mul", last)]
+
+
+def _table(node: fx.Node, target: str, sub: fx.GraphModule) -> tuple[list[tuple[str, str]], dict[str, Any]]:
+    """The parts for ``node``'s op and the extra values they read ({w}, {b}); [] if it is not split."""
+    if target == "gelu":
+        approx = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+        return (PARTS["gelu_tanh"], {}) if approx == "tanh" else ([], {})
+    if target == "layer_norm" and node.op == "call_module":
+        mod = sub.get_submodule(str(node.target))
+        if not isinstance(mod, torch.nn.LayerNorm) or len(mod.normalized_shape) != 1:
+            return [], {}
+        affine = mod.weight is not None and mod.bias is not None
+        return _layer_norm(float(mod.eps), affine), ({"w": mod.weight.detach(), "b": mod.bias.detach()} if affine else {})
+    return PARTS.get(target, []), {}
+
+
+def parts(node: fx.Node, target: str, sub: fx.GraphModule, env: dict[fx.Node, Any],
+          encode: Callable[[torch.Tensor], Optional[tuple[str, bool]]]) -> list[StepPart]:
+    """``node``'s op as its definition's parts with their values (``encode``: a value on the probes
+    and whether it is one per row, or None where it cannot be checked alone); [] if not split."""
+    table, extra = _table(node, target, sub)
+    if not table or not node.args or not isinstance(node.args[0], fx.Node):
+        return []
+    a, out = env.get(node.args[0]), env.get(node)
+    if not all(isinstance(v, torch.Tensor) and v.dtype == torch.float32 for v in (a, out)):
+        return []
+    scope: dict[str, Any] = {"a": a, **{k: v.float() for k, v in extra.items()}}
+    found: list[StepPart] = []
+    for i, (op, expr) in enumerate(table):
+        v = eval(fill(expr, {k: k for k in [*scope, *(f"p{j}" for j in range(1, i + 1))]}), {"torch": torch}, scope)  # noqa: S307 -- our own table's text
+        coded = encode(v) if isinstance(v, torch.Tensor) else None
+        if coded is None:
+            return []
+        scope[f"p{i + 1}"] = v
+        found.append(StepPart(target=op, expr=expr, values=coded[0], per_row=coded[1]))
+    last = scope[f"p{len(table)}"]
+    if last.shape != out.shape or not torch.allclose(last, out, rtol=1e-4, atol=1e-6, equal_nan=True):
+        return []  # the table's assumptions (an argument, the dim) do not hold for this call
+    return found
