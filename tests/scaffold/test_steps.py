@@ -16,7 +16,7 @@ import pytest
 from kernelwright.scaffold import SegmentKind, plan_tasks, precheck_many, write
 from kernelwright.scaffold.oracle import region
 from kernelwright.scaffold.precheck.compare import decode
-from kernelwright.scaffold.steps import compose, line_target, split, worth_it
+from kernelwright.scaffold.steps import LINE_ELEMENTS, compose, line_target, split, worth_it
 from kernelwright.tasks import load_tasks
 
 HARDSWISH = "builtin/L2/06_channel_affine_hardswish_residual"  # 4 lines; the last reads line 3 and the module's x
@@ -48,13 +48,13 @@ def test_each_line_is_a_task_whose_input_is_its_x(plans) -> None:
     assert [s.line for s in split(plans[HARDSWISH], parts=False)] == [
         "y = x * gain", "y = x + shift", "y = torch.nn.functional.hardswish(x, inplace = False)", "y = x + x_in"]
     # hardswish is a composite op: the lines of its definition, the second reading its input too
-    assert [s.line for s in steps] == ["y = x * gain", "y = x + shift", "y = torch.clamp(x + 3, 0, 6)",
-                                       "y = x * v3 / 6", "y = x + x_in"]
-    assert [s.local for s in steps] == ["v1", "v2", "v3", "v4", "v5"]
+    assert [s.line for s in steps] == ["y = x * gain", "y = x + shift", "y = x + 3", "y = torch.clamp(x, 0, 6)",
+                                       "y = x * v4", "y = x / 6", "y = x + x_in"]
+    assert [s.local for s in steps] == [f"v{k}" for k in range(1, 8)]
     # the line's first input is its x; the module's x, read by the last line too, is its x_in there
-    assert steps[0].bindings == [] and steps[2].bindings == [("x", "v2")] and steps[3].inputs == [("x", "v2"), ("v3", "v3")]
-    assert steps[4].bindings == [("x", "v4"), ("x_in", "x")]
-    last = steps[4].plan
+    assert steps[0].bindings == [] and steps[2].bindings == [("x", "v2")] and steps[4].inputs == [("x", "v2"), ("v4", "v4")]
+    assert steps[6].bindings == [("x", "v6"), ("x_in", "x")]
+    last = steps[6].plan
     assert [(a.name, a.main) for a in last.segment.args] == [("x", True), ("x_in", False)]
     # its probes are what PyTorch computed for line 3 (its x) and the module's input (its x_in),
     # and its expected values line 4's, which is the segment's output
@@ -83,22 +83,26 @@ def test_a_composite_op_is_the_lines_of_its_definition(plans) -> None:
     """GELU's tanh form, mish, softmax and a LayerNorm module as the lines of their definitions,
     each checked against the value the planning child computed for it in float32; the last part
     is the op's own value (PyTorch's, within rounding)."""
-    assert [s.line for s in split(plans[GELU])] == ["y = x + 0.044715 * x * x * x",
-                                                     "y = torch.tanh(0.7978845608028654 * x)", "y = 0.5 * x * (1 + v2)"]
+    assert [s.line for s in split(plans[GELU])] == [
+        "y = x * x * x", "y = 0.044715 * x", "y = x + v2", "y = 0.7978845608028654 * x", "y = torch.tanh(x)",
+        "y = 1 + x", "y = x * v6", "y = 0.5 * x"]
     mish = split(plans[MISH])
-    assert [s.line for s in mish] == ["y = torch.exp(-torch.abs(x))", "y = torch.log1p(x)", "y = torch.relu(x) + v2",
-                                      "y = torch.tanh(x)", "y = x * v4", "y = torch.clamp(x, -0.25, 1.5)"]
-    assert mish[2].inputs == [("x", "x"), ("v2", "v2")] and mish[5].inputs == [("x", "v5")]
+    assert [s.line for s in mish] == ["y = torch.abs(x)", "y = torch.exp(-x)", "y = torch.log1p(x)", "y = torch.relu(x)",
+                                      "y = x + v3", "y = torch.tanh(x)", "y = x * v6", "y = torch.clamp(x, -0.25, 1.5)"]
+    assert mish[3].inputs == [("x", "x")] and mish[4].inputs == [("x", "v4"), ("v3", "v3")]
+    # one op a line, each with its own definition (relu's on the relu line)
+    assert any(n.startswith("relu(v)") for n in mish[3].plan.segment.op_notes)
     whole = plans[MISH].probes
-    assert decode(mish[4].plan.probes.expected) == pytest.approx(decode(whole.steps[0]), rel=1e-5, abs=1e-6)
+    assert decode(mish[6].plan.probes.expected) == pytest.approx(decode(whole.steps[0]), rel=1e-5, abs=1e-6)
     soft = split(plans[SOFTMAX])
-    assert [(s.row_task, s.per_row) for s in soft] == [(True, True), (False, False), (True, True), (False, False)]
-    assert soft[2].line == "y = torch.sum(x, dim=-1, keepdim=True)" and soft[2].inputs == [("x", "v2")]
+    assert [(s.row_task, s.per_row) for s in soft] == [(True, True), (False, False), (False, False), (True, True),
+                                                       (False, False)]
+    assert soft[3].line == "y = torch.sum(x, dim=-1, keepdim=True)" and soft[3].inputs == [("x", "v3")]
     norm = split(plans[LAYER_NORM])
-    assert norm[-1].line == "y = x * v4 * weight + bias"
-    assert [a.name for a in norm[-1].plan.segment.args] == ["x", "v4", "weight", "bias"]
-    # a part that is a row task holds no module: the mean of the centred row
-    assert norm[2].row_task and norm[2].line == "y = torch.mean(x * x, dim=-1, keepdim=True)"
+    assert [s.line for s in norm[-2:]] == ["y = x * weight", "y = x + bias"]
+    assert [a.name for a in norm[-1].plan.segment.args] == ["x", "bias"]
+    # a part that is a row task holds no module: the mean of the squared centred row
+    assert norm[3].row_task and norm[3].line == "y = torch.mean(x, dim=-1, keepdim=True)" and norm[3].inputs == [("x", "v3")]
 
 def test_a_line_on_a_weight_broadcast_against_the_row_is_split(plans) -> None:
     """`weight.float()` has the weight's [cols] shape: its value on the probes is the weight read
@@ -122,6 +126,12 @@ def test_cuda_row_tasks_are_cpp_loops_run_by_one_thread(plans) -> None:
                        "cuda")
     assert "__shared__ float kw_sh_v2;" in composed and "if (threadIdx.x == 0) {" in composed
     assert composed.count("__syncthreads();") == 1
+    # the row task's loop accumulates in double (a float sum over a long row drifts past atol)
+    assert "double y = 0.0;" in composed
+    from kernelwright.scaffold.steps import _wide
+
+    assert _wide("float s = 0.0f;\nfloat* p = y;\ny = s / (float)cols;") == \
+        "double s = 0.0f;\nfloat* p = y;\ny = s / (double)cols;"
 
 
 def test_a_row_is_split_into_elementwise_lines_and_row_tasks(plans) -> None:
@@ -133,14 +143,31 @@ def test_a_row_is_split_into_elementwise_lines_and_row_tasks(plans) -> None:
     mean = steps[1].plan
     assert mean.segment.kind == SegmentKind.ROW and mean.segment.per_row_output and steps[1].line.startswith("y = x.mean(")
     assert mean.probes.count == plans[RMS].probes.count and len(decode(mean.probes.expected)) == mean.probes.count
-    # an elementwise line of a row sees every column of every probe row, a value per row repeated
-    eps = steps[2].plan
-    cols = plans[RMS].probes.cols
-    assert eps.segment.kind == SegmentKind.ELEMENTWISE and eps.probes.count == plans[RMS].probes.count * cols
-    assert decode(eps.probes.inputs["x"])[:cols].tolist() == [decode(plans[RMS].probes.steps[1])[0]] * cols
+    # an elementwise line of a row sees the probe rows' columns as elements (a long row's evenly
+    # spaced ones, first and last among them), a value per row repeated
+    eps, scaled = steps[2].plan, steps[4].plan
+    rows, cols = plans[RMS].probes.count, plans[RMS].probes.cols
+    seen = scaled.probes.count // rows
+    assert eps.segment.kind == SegmentKind.ELEMENTWISE and eps.probes.count == rows * seen
+    assert seen == min(cols, LINE_ELEMENTS // rows)
+    assert decode(eps.probes.inputs["x"])[:seen].tolist() == [decode(plans[RMS].probes.steps[1])[0]] * seen
+    # `x * v4` on the row's x: its first and last columns are the row's first and last values
+    row0 = decode(plans[RMS].probes.inputs["x"])[:cols]
+    got = decode(scaled.probes.inputs["x_in"] if "x_in" in scaled.probes.inputs else scaled.probes.inputs["x"])[:seen]
+    assert got[0] == row0[0] and got[-1] == row0[-1]
     # the LayerNorm's line holds the norm's weight and bias
     norm = split(plans[NORM_SILU], parts=False)[0]
     assert norm.row_task and [a.name for a in norm.plan.segment.args] == ["x", "weight", "bias"]
+
+
+def test_a_long_rows_elementwise_line_is_checked_on_spaced_columns() -> None:
+    """6 probe rows of 50304 columns (log_softmax at full size): an elementwise line of the row sees
+    682 evenly spaced columns of each, the first and the last among them, in order."""
+    from kernelwright.scaffold.steps import _columns
+
+    cols = _columns(6, 50304)
+    assert len(cols) == LINE_ELEMENTS // 6 and cols[0] == 0 and cols[-1] == 50303 and cols == sorted(set(cols))
+    assert _columns(6, 512) == list(range(512))
 
 
 def _check(plan, target: str, parts: bool = True) -> None:
@@ -215,11 +242,15 @@ def test_a_composed_cuda_row_region_compiles(plans, tmp_path) -> None:
     assert precheck_many(plan, "cuda", [composed])[0].passed, composed
     # and the softmax as its definition's lines: two row tasks on thread 0, three elementwise lines
     parts = split(plan)
-    assert [s.row_task for s in parts] == [True, False, True, False, False]
+    assert [s.row_task for s in parts] == [True, False, False, True, False, False]
     by_parts = compose(parts, [region(write(s.plan, line_target(s, "cuda"))) for s in parts], plan.segment, "cuda")
     assert by_parts.count("if (threadIdx.x == 0) {") == 2 and precheck_many(plan, "cuda", [by_parts])[0].passed
-    task = next(t for t in load_tasks("builtin") if t.id == SOFTMAX_SCALE)
-    for program in (composed, by_parts):
-        result = evaluate(task, write(plan, "cuda").program_with(program),
+    # a bf16 row: the output row is `at::BFloat16*` (the H200's compile_error of 2026-12-03b)
+    bf16 = split(plans[RMS_BF16])
+    bf16_region = compose(bf16, [region(write(s.plan, line_target(s, "cuda"))) for s in bf16], plans[RMS_BF16].segment,
+                          "cuda")
+    tasks = {t.id: t for t in load_tasks("builtin") if t.id in (SOFTMAX_SCALE, RMS_BF16)}
+    for task_id, program in ((SOFTMAX_SCALE, composed), (SOFTMAX_SCALE, by_parts), (RMS_BF16, bf16_region)):
+        result = evaluate(tasks[task_id], write(plans[task_id], "cuda").program_with(program),
                           EvalConfig(device="cuda", compile_only=True, timeout=900.0, cache_dir=str(tmp_path)))
-        assert result.verdict.value == "compiled", result.error
+        assert result.verdict.value == "compiled", (task_id, result.error)

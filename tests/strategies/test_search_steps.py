@@ -10,6 +10,7 @@ import pytest
 from kernelwright.llm.base import Completion
 from kernelwright.strategies import parse_regime
 from kernelwright.strategies import search as S
+from kernelwright.strategies import search_steps
 
 TASK = "builtin/L2/09_conv2d_softplus_scale_bias"  # softplus(x) * 1.75 + channel_bias: three lines
 SOFTPLUS_WRONG = "y = std::exp(x);"
@@ -54,8 +55,11 @@ def _run(spec: str, backend, build_cache=None):
 @pytest.mark.build
 def test_only_the_wrong_line_is_asked_again_and_the_composed_region_is_verified(build_cache):
     backend = ByLine()
-    ctx = _run("search+n=2+turns=3+no_tune", backend, build_cache)
-    # turn 0: one request a line; turn 1: only the softplus line, as a follow-up with its counterexample
+    ctx = _run("search+n=2+turns=3+no_tune+no_parts", backend, build_cache)
+    # turn 0: one request a line; turn 1: only the softplus line, as a follow-up with its counterexample,
+    # sampled hotter
+    assert [r.temperature for r in backend.requests] == [S.DEFAULT_TEMPERATURE] * 3 + [
+        S.DEFAULT_TEMPERATURE + search_steps.HEAT_STEP]
     shown = [r.messages[1].content for r in backend.requests]
     assert len(shown) == 4 and "softplus" in shown[0] and "y = x * 1.75" in shown[1]
     assert "y = x + channel_bias" in shown[2] and "softplus" in shown[3]
