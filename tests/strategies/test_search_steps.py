@@ -8,9 +8,8 @@ from __future__ import annotations
 import pytest
 
 from kernelwright.llm.base import Completion
-from kernelwright.strategies import parse_regime
+from kernelwright.strategies import parse_regime, search_steps
 from kernelwright.strategies import search as S
-from kernelwright.strategies import search_steps
 
 TASK = "builtin/L2/09_conv2d_softplus_scale_bias"  # softplus(x) * 1.75 + channel_bias: three lines
 SOFTPLUS_WRONG = "y = std::exp(x);"
