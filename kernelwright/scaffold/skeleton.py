@@ -256,6 +256,10 @@ def _variables(seg: Segment, target: str) -> list[str]:
                      "the result and every thread must call them")
         lines.append("the block has blockDim.x threads (a multiple of 32, at most 1024; the launch picks it): loop "
                      "`for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)`")
+    elif target == "cpp":
+        # without it the 1.5B model summed a row of 12544 values as `x(0) + x(1) + ... + x(63)` or
+        # `y += x(0); y += x(1); // ...` (H200, 2026-12-03b: 0 of 32 for a mean over dims (2, 3))
+        lines.append("loop over the row: `for (int64_t j = 0; j < cols; ++j)`")
     if seg.per_row_output:
         lines.append({"cuda": "`y` (a float, already 0): assign the row's one result to it; thread 0's y is stored "
                               "(after block_sum/block_max every thread holds the same value)",
