@@ -16,7 +16,8 @@ DEFINITIONS: dict[str, str] = {
     "sigmoid": "sigmoid(v) = 1 / (1 + exp(-v))",
     # the function by name, not a formula: given (exp(2v) - 1) / (exp(2v) + 1), 4 of 4 answers for
     # `y = torch.tanh(x)` wrote it out, which is NaN where exp overflows (docs/results/line-yield.md)
-    "tanh": "tanh is the hyperbolic tangent, from -1 to 1 (tanhf in CUDA, std::tanh in C++)",
+    # (the math line names it in the target: tanhf, std::tanh, or Triton's rule)
+    "tanh": "tanh is the hyperbolic tangent, from -1 to 1",
     "mish": "mish(v) = v * tanh(softplus(v))",
     "softplus": "softplus(v) = log(1 + exp(v)), or just v where v > 20 (the defaults; with arguments "
                 "beta=b, threshold=t it is log(1 + exp(b * v)) / b, or v where b * v > t)",
