@@ -16,6 +16,7 @@ rounds once, its parts would round at every line.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Optional
 
 import torch
@@ -48,11 +49,26 @@ PARTS: dict[str, list[tuple[str, str]]] = {
 }
 
 
-def _layer_norm(eps: float, affine: bool) -> list[tuple[str, str]]:
-    parts = [("mean", "torch.mean({a}, dim=-1, keepdim=True)"), ("sub", "{a} - {p1}"), ("mul", "{p2} * {p2}"),
-             ("mean", "torch.mean({p3}, dim=-1, keepdim=True)"), ("add", f"{{p4}} + {eps!r}"),
-             ("rsqrt", "torch.rsqrt({p5})"), ("mul", "{p2} * {p6}")]
-    return parts + ([("mul", "{p7} * {w}"), ("add", "{p8} + {b}")] if affine else [])
+def _mean(count: int, dims: str, of: str = "{a}", first: int = 1) -> list[tuple[str, str]]:
+    """A mean as a row's sum and a division by its count: asked for a mean, 8 of 8 answers of the
+    1.5B model summed the row and did not divide (docs/results/line-yield.md), where it writes a
+    row's sum right. ``first``: the number of the sum's part."""
+    return [("sum", f"torch.sum({of}, dim={dims}, keepdim=True)"), ("div", f"{{p{first}}} / {count}")]
+
+
+def _layer_norm(n: int, eps: float, affine: bool) -> list[tuple[str, str]]:
+    parts = [*_mean(n, "-1"), ("sub", "{a} - {p2}"), ("mul", "{p3} * {p3}"), *_mean(n, "-1", "{p4}", 5),
+             ("add", f"{{p6}} + {eps!r}"), ("rsqrt", "torch.rsqrt({p7})"), ("mul", "{p3} * {p8}")]
+    return parts + ([("mul", "{p9} * {w}"), ("add", "{p10} + {b}")] if affine else [])
+
+
+def _mean_of(a: torch.Tensor, out: torch.Tensor) -> list[tuple[str, str]]:
+    """A mean over the trailing dims of ``a`` whose values make one of ``out``'s; [] for another mean."""
+    count = a.numel() // max(1, out.numel())
+    for k in range(1, a.dim() + 1):
+        if math.prod(a.shape[a.dim() - k:]) == count:
+            return _mean(count, "-1" if k == 1 else "(" + ", ".join(str(-d) for d in range(k, 0, -1)) + ")")
+    return []
 
 
 def _table(node: fx.Node, target: str, sub: fx.GraphModule) -> tuple[list[tuple[str, str]], dict[str, Any]]:
@@ -65,7 +81,7 @@ def _table(node: fx.Node, target: str, sub: fx.GraphModule) -> tuple[list[tuple[
         if not isinstance(mod, torch.nn.LayerNorm) or len(mod.normalized_shape) != 1:
             return [], {}
         affine = mod.weight is not None and mod.bias is not None
-        return _layer_norm(float(mod.eps), affine), ({"w": mod.weight.detach(), "b": mod.bias.detach()} if affine else {})
+        return _layer_norm(int(mod.normalized_shape[0]), float(mod.eps), affine), ({"w": mod.weight.detach(), "b": mod.bias.detach()} if affine else {})
     return PARTS.get(target, []), {}
 
 
@@ -74,11 +90,13 @@ def parts(node: fx.Node, target: str, sub: fx.GraphModule, env: dict[fx.Node, An
     """``node``'s op as its definition's parts with their values (``encode``: a value on the probes
     and whether it is one per row, or None where it cannot be checked alone); [] if not split."""
     table, extra = _table(node, target, sub)
-    if not table or not node.args or not isinstance(node.args[0], fx.Node):
+    if not (table or target == "mean") or not node.args or not isinstance(node.args[0], fx.Node):
         return []
     a, out = env.get(node.args[0]), env.get(node)
     if not all(isinstance(v, torch.Tensor) and v.dtype == torch.float32 for v in (a, out)):
         return []
+    if target == "mean":
+        table = _mean_of(a, out)
     scope: dict[str, Any] = {"a": a, **{k: v.float() for k, v in extra.items()}}
     found: list[StepPart] = []
     for i, (op, expr) in enumerate(table):
@@ -88,7 +106,11 @@ def parts(node: fx.Node, target: str, sub: fx.GraphModule, env: dict[fx.Node, An
             return []
         scope[f"p{i + 1}"] = v
         found.append(StepPart(target=op, expr=expr, values=coded[0], per_row=coded[1]))
+    if not table:
+        return []
     last = scope[f"p{len(table)}"]
-    if last.shape != out.shape or not torch.allclose(last, out, rtol=1e-4, atol=1e-6, equal_nan=True):
+    # (a mean without keepdim has the same values as its parts, one a row, in another shape)
+    if last.numel() != out.numel() or not torch.allclose(last.reshape(out.shape), out, rtol=1e-4, atol=1e-6,
+                                                         equal_nan=True):
         return []  # the table's assumptions (an argument, the dim) do not hold for this call
     return found

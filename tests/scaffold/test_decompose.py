@@ -61,3 +61,14 @@ def test_a_split_is_kept_only_where_its_parts_reproduce_the_op(tmp_path) -> None
         assert len(split(plans[name])) in (0, 2), name  # its lines as written, or none
     dim0 = plans["softmax_dim0"]
     assert not dim0.available or all(p == [] for p in dim0.probes.step_parts)
+
+
+def test_a_mean_is_a_sum_and_a_division_by_its_count(tmp_path) -> None:
+    """A mean over the last two dims without keepdim: the sum of those dims kept, then / their count
+    (the values one a row, as the mean's, in another shape)."""
+    plans = _plans(tmp_path, {"mean23": ("torch.relu(x).mean(dim=(2, 3))", "8, 16, 6, 6", "float32")})
+    parts = plans["mean23"].probes.step_parts[1]
+    assert [(p.target, p.expr, p.per_row) for p in parts] == [
+        ("sum", "torch.sum({a}, dim=(-2, -1), keepdim=True)", True), ("div", "{p1} / 36", True)]
+    got, want = decode(parts[-1].values), decode(plans["mean23"].probes.steps[1])
+    assert all(abs(g - w) <= 1e-6 + 1e-5 * abs(w) for g, w in zip(got, want, strict=True))

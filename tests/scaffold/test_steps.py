@@ -101,13 +101,20 @@ def test_a_composite_op_is_the_lines_of_its_definition(plans) -> None:
     norm = split(plans[LAYER_NORM])
     assert [s.line for s in norm[-2:]] == ["y = x * weight", "y = x + bias"]
     assert [a.name for a in norm[-1].plan.segment.args] == ["x", "bias"]
-    # a part that is a row task holds no module: the mean of the squared centred row
-    assert norm[3].row_task and norm[3].line == "y = torch.mean(x, dim=-1, keepdim=True)" and norm[3].inputs == [("x", "v3")]
+    # a part that is a row task holds no module: the sum of the squared centred row, then / n
+    cols = plans[LAYER_NORM].probes.cols
+    assert norm[4].row_task and norm[4].line == "y = torch.sum(x, dim=-1, keepdim=True)" and norm[4].inputs == [("x", "v4")]
+    assert norm[5].line == f"y = x / {cols}" and not norm[5].row_task and norm[5].per_row
+    # a mean is a row's sum and a division by the row's length (rms_norm's `x.mean(dim = -1, keepdim = True)`)
+    rms = split(plans[RMS])
+    assert [s.line for s in rms[1:3]] == ["y = torch.sum(x, dim=-1, keepdim=True)", f"y = x / {plans[RMS].probes.cols}"]
+    assert [(s.row_task, s.per_row) for s in rms[1:3]] == [(True, True), (False, True)]
+
 
 def test_a_line_on_a_weight_broadcast_against_the_row_is_split(plans) -> None:
     """`weight.float()` has the weight's [cols] shape: its value on the probes is the weight read
     at each probe column, one per element like the others, and its line a task on the weight."""
-    steps = split(plans[RMS_BF16])
+    steps = split(plans[RMS_BF16], parts=False)
     assert len(steps) == 9 and steps[6].line == "y = x.float()" and steps[6].inputs == [("x", "weight")]
     assert not steps[6].per_row and steps[8].plan.segment.out_dtype == "bfloat16"
     cols = plans[RMS_BF16].probes.cols
@@ -120,7 +127,7 @@ def test_cuda_row_tasks_are_cpp_loops_run_by_one_thread(plans) -> None:
     [one] = split(plans[SOFTMAX], parts=False)
     assert one.row_task and line_target(one, "cuda") == "cpp" and line_target(one, "triton") == "triton"
     assert worth_it([one], "cuda") and not worth_it([one], "cpp") and not worth_it([one], "triton")
-    rms = split(plans[RMS])
+    rms = split(plans[RMS], parts=False)
     assert [line_target(st, "cuda") for st in rms] == ["cuda", "cpp", "cuda", "cuda", "cuda", "cuda"]
     composed = compose(rms, [region(write(st.plan, line_target(st, "cuda"))) for st in rms], plans[RMS].segment,
                        "cuda")
@@ -137,7 +144,7 @@ def test_cuda_row_tasks_are_cpp_loops_run_by_one_thread(plans) -> None:
 def test_a_row_is_split_into_elementwise_lines_and_row_tasks(plans) -> None:
     """rms_norm: x.pow(2) an elementwise line on whole rows, the mean a row task with one value a
     row, the eps and rsqrt elementwise lines on one value a row, the last two on whole rows."""
-    steps = split(plans[RMS])
+    steps = split(plans[RMS], parts=False)
     assert [(s.row_task, s.per_row) for s in steps] == [(False, False), (True, True), (False, True), (False, True),
                                                          (False, False), (False, False)]
     mean = steps[1].plan
