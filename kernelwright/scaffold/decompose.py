@@ -31,11 +31,12 @@ from kernelwright.scaffold.types import StepPart
 # without the relu, `0.5 * x * (1 + v2)` without the 0.5), where lines of one op passed.
 # softplus(v) = max(v, 0) + log1p(exp(-|v|)): equal to log(1 + exp(v)) and never overflows, and
 # within 2e-9 of PyTorch's threshold form (v where v > 20) at the threshold
-SOFTPLUS = [("abs", "torch.abs({a})"), ("exp", "torch.exp(-{p1})"), ("log1p", "torch.log1p({p2})"),
-            ("relu", "torch.relu({a})"), ("add", "{p4} + {p3}")]
+# (`exp(-v)` is two ops too: 4 of 4 answers wrote `expf(x)`)
+SOFTPLUS = [("abs", "torch.abs({a})"), ("neg", "-{p1}"), ("exp", "torch.exp({p2})"), ("log1p", "torch.log1p({p3})"),
+            ("relu", "torch.relu({a})"), ("add", "{p5} + {p4}")]
 PARTS: dict[str, list[tuple[str, str]]] = {
     "softplus": SOFTPLUS,
-    "mish": SOFTPLUS + [("tanh", "torch.tanh({p5})"), ("mul", "{a} * {p6}")],
+    "mish": SOFTPLUS + [("tanh", "torch.tanh({p6})"), ("mul", "{a} * {p7}")],
     "gelu_tanh": [("mul", "{a} * {a} * {a}"), ("mul", "0.044715 * {p1}"), ("add", "{a} + {p2}"),
                   ("mul", "0.7978845608028654 * {p3}"), ("tanh", "torch.tanh({p4})"), ("add", "1 + {p5}"),
                   ("mul", "{a} * {p6}"), ("mul", "0.5 * {p7}")],
