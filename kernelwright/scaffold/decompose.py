@@ -31,8 +31,9 @@ from kernelwright.scaffold.types import StepPart
 # without the relu, `0.5 * x * (1 + v2)` without the 0.5), where lines of one op passed.
 # softplus(v) = max(v, 0) + log1p(exp(-|v|)): equal to log(1 + exp(v)) and never overflows, and
 # within 2e-9 of PyTorch's threshold form (v where v > 20) at the threshold
-# (`exp(-v)` is two ops too: 4 of 4 answers wrote `expf(x)`)
-SOFTPLUS = [("abs", "torch.abs({a})"), ("neg", "-{p1}"), ("exp", "torch.exp({p2})"), ("log1p", "torch.log1p({p3})"),
+# (`exp(-v)` is two ops too: 4 of 4 answers wrote `expf(x)`; and `y = -x` alone was answered
+# `y = x;`, as if y already held it: the negation is a product with a constant, as GELU's are)
+SOFTPLUS = [("abs", "torch.abs({a})"), ("mul", "-1.0 * {p1}"), ("exp", "torch.exp({p2})"), ("log1p", "torch.log1p({p3})"),
             ("relu", "torch.relu({a})"), ("add", "{p5} + {p4}")]
 PARTS: dict[str, list[tuple[str, str]]] = {
     "softplus": SOFTPLUS,

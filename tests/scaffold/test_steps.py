@@ -87,7 +87,7 @@ def test_a_composite_op_is_the_lines_of_its_definition(plans) -> None:
         "y = x * x * x", "y = 0.044715 * x", "y = x + v2", "y = 0.7978845608028654 * x", "y = torch.tanh(x)",
         "y = 1 + x", "y = x * v6", "y = 0.5 * x"]
     mish = split(plans[MISH])
-    assert [s.line for s in mish] == ["y = torch.abs(x)", "y = -x", "y = torch.exp(x)", "y = torch.log1p(x)",
+    assert [s.line for s in mish] == ["y = torch.abs(x)", "y = -1.0 * x", "y = torch.exp(x)", "y = torch.log1p(x)",
                                       "y = torch.relu(x)", "y = x + v4", "y = torch.tanh(x)", "y = x * v7",
                                       "y = torch.clamp(x, -0.25, 1.5)"]
     assert mish[4].inputs == [("x", "x")] and mish[5].inputs == [("x", "v5"), ("v4", "v4")]
@@ -258,7 +258,9 @@ def test_a_composed_cuda_row_region_compiles(plans, tmp_path) -> None:
     bf16_region = compose(bf16, [region(write(s.plan, line_target(s, "cuda"))) for s in bf16], plans[RMS_BF16].segment,
                           "cuda")
     tasks = {t.id: t for t in load_tasks("builtin") if t.id in (SOFTMAX_SCALE, RMS_BF16)}
-    for task_id, program in ((SOFTMAX_SCALE, composed), (SOFTMAX_SCALE, by_parts), (RMS_BF16, bf16_region)):
+    # built: the softmax by its parts (the one-line composition above differs from it only in its
+    # row task's body) and the bf16 row
+    for task_id, program in ((SOFTMAX_SCALE, by_parts), (RMS_BF16, bf16_region)):
         result = evaluate(tasks[task_id], write(plans[task_id], "cuda").program_with(program),
                           EvalConfig(device="cuda", compile_only=True, timeout=900.0, cache_dir=str(tmp_path)))
         assert result.verdict.value == "compiled", (task_id, result.error)
