@@ -16,7 +16,6 @@ answers that are the tanh rule's `2 * tl.sigmoid(2 * x) - 1` on a line without a
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from arm_table import ArmTable  # noqa: E402
+from arm_table import ArmTable, arm_args  # noqa: E402
 
 from kernelwright import prompts  # noqa: E402
 from kernelwright.evaluate import EvalConfig  # noqa: E402
@@ -49,16 +48,8 @@ def cells(c: Counter, seconds: float) -> list[str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--target", choices=("cuda", "triton", "cpp"), required=True)
-    ap.add_argument("--n", type=int, default=4)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--model", default="gguf:qwen2.5-coder-1.5b")
-    ap.add_argument("--tasks", default="", help="comma-separated task ids (default: every task split into lines)")
-    ap.add_argument("--arms", default="now,whole-tl", help="now, whole-tl, hot, no-loop, no-parts")
-    ap.add_argument("--out", type=Path, default=None, help="also write every answer here (JSONL)")
-    args = ap.parse_args()
+    args = arm_args(__doc__.splitlines()[0], ("cuda", "triton", "cpp"), 256, "every task split into lines",
+                    "now,whole-tl", "now, whole-tl, hot, no-loop, no-parts").parse_args()
     tasks = [t for t in load_tasks("builtin") if not args.tasks or t.id in args.tasks.split(",")]
     backend = make_backend(args.model)
     table = ArmTable(COLUMNS, cells)

@@ -18,7 +18,6 @@ Results: docs/results/view-yield.md.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -28,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from arm_table import ArmTable  # noqa: E402
+from arm_table import ArmTable, arm_args  # noqa: E402
 
 from kernelwright import prompts  # noqa: E402
 from kernelwright.evaluate import EvalConfig  # noqa: E402
@@ -77,16 +76,8 @@ def cells(c: Counter, seconds: float) -> list[str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--target", choices=("cuda", "triton"), required=True)
-    ap.add_argument("--n", type=int, default=4)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--max-tokens", type=int, default=384)
-    ap.add_argument("--model", default="gguf:qwen2.5-coder-1.5b")
+    ap = arm_args(__doc__.splitlines()[0], ("cuda", "triton"), 384, "every task of those kinds", "whole,view")
     ap.add_argument("--kinds", default="elementwise,row,gemm", help="segment kinds to sample")
-    ap.add_argument("--tasks", default="", help="comma-separated task ids (default: every task of those kinds)")
-    ap.add_argument("--arms", default="whole,view")
-    ap.add_argument("--out", type=Path, default=None, help="also write every answer here (JSONL)")
     args = ap.parse_args()
     tasks = load_tasks("builtin")
     plans = dict(zip([t.id for t in tasks], plan_tasks(tasks)))

@@ -33,8 +33,8 @@ from kernelwright.scaffold.types import StepPart
 # within 2e-9 of PyTorch's threshold form (v where v > 20) at the threshold
 # (`exp(-v)` is two ops too: 4 of 4 answers wrote `expf(x)`; and `y = -x` alone was answered
 # `y = x;`, as if y already held it: the negation is a product with a constant, as GELU's are)
-SOFTPLUS = [("abs", "torch.abs({a})"), ("mul", "-1.0 * {p1}"), ("exp", "torch.exp({p2})"), ("log1p", "torch.log1p({p3})"),
-            ("relu", "torch.relu({a})"), ("add", "{p5} + {p4}")]
+SOFTPLUS = [("abs", "torch.abs({a})"), ("mul", "-1.0 * {p1}"), ("exp", "torch.exp({p2})"),
+            ("log1p", "torch.log1p({p3})"), ("relu", "torch.relu({a})"), ("add", "{p5} + {p4}")]
 PARTS: dict[str, list[tuple[str, str]]] = {
     "softplus": SOFTPLUS,
     "mish": SOFTPLUS + [("tanh", "torch.tanh({p6})"), ("mul", "{a} * {p7}")],
@@ -73,8 +73,12 @@ def _mean_of(a: torch.Tensor, out: torch.Tensor) -> list[tuple[str, str]]:
     return []
 
 
-def _table(node: fx.Node, target: str, sub: fx.GraphModule) -> tuple[list[tuple[str, str]], dict[str, Any]]:
-    """The parts for ``node``'s op and the extra values they read ({w}, {b}); [] if it is not split."""
+def _table(node: fx.Node, target: str, sub: fx.GraphModule, a: torch.Tensor,
+           out: torch.Tensor) -> tuple[list[tuple[str, str]], dict[str, Any]]:
+    """The parts for ``node``'s op (input ``a``, value ``out``) and the extra values they read
+    ({w}, {b}); [] if it is not split."""
+    if target == "mean":
+        return _mean_of(a, out), {}
     if target == "gelu":
         approx = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
         return (PARTS["gelu_tanh"], {}) if approx == "tanh" else ([], {})
@@ -83,7 +87,8 @@ def _table(node: fx.Node, target: str, sub: fx.GraphModule) -> tuple[list[tuple[
         if not isinstance(mod, torch.nn.LayerNorm) or len(mod.normalized_shape) != 1:
             return [], {}
         affine = mod.weight is not None and mod.bias is not None
-        return _layer_norm(int(mod.normalized_shape[0]), float(mod.eps), affine), ({"w": mod.weight.detach(), "b": mod.bias.detach()} if affine else {})
+        extra = {"w": mod.weight.detach().float(), "b": mod.bias.detach().float()} if affine else {}
+        return _layer_norm(int(mod.normalized_shape[0]), float(mod.eps), affine), extra
     return PARTS.get(target, []), {}
 
 
@@ -91,25 +96,24 @@ def parts(node: fx.Node, target: str, sub: fx.GraphModule, env: dict[fx.Node, An
           encode: Callable[[torch.Tensor], Optional[tuple[str, bool]]]) -> list[StepPart]:
     """``node``'s op as its definition's parts with their values (``encode``: a value on the probes
     and whether it is one per row, or None where it cannot be checked alone); [] if not split."""
-    table, extra = _table(node, target, sub)
-    if not (table or target == "mean") or not node.args or not isinstance(node.args[0], fx.Node):
+    if not node.args or not isinstance(node.args[0], fx.Node):
         return []
     a, out = env.get(node.args[0]), env.get(node)
     if not all(isinstance(v, torch.Tensor) and v.dtype == torch.float32 for v in (a, out)):
         return []
-    if target == "mean":
-        table = _mean_of(a, out)
-    scope: dict[str, Any] = {"a": a, **{k: v.float() for k, v in extra.items()}}
+    table, extra = _table(node, target, sub, a, out)
+    if not table:
+        return []
+    scope: dict[str, Any] = {"a": a, **extra}
     found: list[StepPart] = []
     for i, (op, expr) in enumerate(table):
-        v = eval(fill(expr, {k: k for k in [*scope, *(f"p{j}" for j in range(1, i + 1))]}), {"torch": torch}, scope)  # noqa: S307 -- our own table's text
+        # the placeholders name the scope's values ({a}, {p1}, ...): run the text on them
+        v = eval(fill(expr, {k: k for k in scope}), {"torch": torch}, scope)  # noqa: S307 -- our own table's text
         coded = encode(v) if isinstance(v, torch.Tensor) else None
         if coded is None:
             return []
         scope[f"p{i + 1}"] = v
         found.append(StepPart(target=op, expr=expr, values=coded[0], per_row=coded[1]))
-    if not table:
-        return []
     last = scope[f"p{len(table)}"]
     # (a mean without keepdim has the same values as its parts, one a row, in another shape)
     if last.numel() != out.numel() or not torch.allclose(last.reshape(out.shape), out, rtol=1e-4, atol=1e-6,

@@ -265,23 +265,23 @@ def _run_steps(sub: fx.GraphModule, args: list[torch.Tensor], shape: torch.Size,
         return (encode(_gather(v, shape, pos)), False) if ok else None
 
     steps, dtypes = [], []
-    for node in _op_nodes(sub):
+    nodes = _op_nodes(sub)
+    for node in nodes:
         v = interp.env.get(node)
         c = coded(v)
         steps.append(c[0] if c else "")
         dtypes.append(str(v.dtype).removeprefix("torch.") if c else "")
-    return out, steps, dtypes, _all_parts(sub, interp.env, targets, coded)
+    return out, steps, dtypes, _all_parts(sub, nodes, interp.env, targets, coded)
 
 
 def _op_nodes(sub: fx.GraphModule) -> list[fx.Node]:
     return [n for n in sub.graph.nodes if n.op not in ("placeholder", "output")]
 
 
-def _all_parts(sub: fx.GraphModule, env: dict[fx.Node, Any], targets: list[str],
+def _all_parts(sub: fx.GraphModule, nodes: list[fx.Node], env: dict[fx.Node, Any], targets: list[str],
                coded: Callable[[Any], Optional[tuple[str, bool]]]) -> list[list[StepPart]]:
     """Each op's parts ([] where it is not split); none where the ops are not the segment's targets
     one for one (a no-op node among them)."""
-    nodes = _op_nodes(sub)
     if len(nodes) != len(targets):
         return []
     return [decompose.parts(n, t, sub, env, coded) for n, t in zip(nodes, targets, strict=True)]
@@ -344,9 +344,10 @@ def _run_row_steps(sub: fx.GraphModule, args: list[torch.Tensor], main: torch.Te
         return None
 
     steps, dtypes, per_row = [], [], []
-    for node in _op_nodes(sub):
+    nodes = _op_nodes(sub)
+    for node in nodes:
         v = interp.env.get(node)
         c = coded(v)
         steps.append(c[0] if c else ""), per_row.append(c[1] if c else False)
         dtypes.append(str(v.dtype).removeprefix("torch.") if c else "")
-    return out, steps, dtypes, per_row, _all_parts(sub, interp.env, targets, coded)
+    return out, steps, dtypes, per_row, _all_parts(sub, nodes, interp.env, targets, coded)

@@ -186,7 +186,9 @@ def _part_names(seg: Segment, expr: str, parts: list[StepPart]) -> Optional[dict
     root = call.func
     while isinstance(root, ast.Attribute):
         root = root.value
-    method = isinstance(call.func, ast.Attribute) and isinstance(root, ast.Name) and root.id not in ("torch", "F", "self")
+    # `v.mean(...)`: a method of its input; `torch.x(v)`, `F.x(v)`, `self.norm(v)`: a call on it
+    method = isinstance(call.func, ast.Attribute) and isinstance(root, ast.Name) and \
+        root.id not in ("torch", "F", "self")
     if method:
         arg = ast.unparse(call.func.value)  # type: ignore[attr-defined]
     elif call.args:
