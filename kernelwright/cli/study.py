@@ -48,6 +48,7 @@ def run_cmd(
     max_tokens: Annotated[int | None, typer.Option(help="Decoding budget per generated program.")] = None,
     facts: Annotated[Path | None, typer.Option(help="Folder of recorded task facts (default: OUT/facts).")] = None,
     jobs: Annotated[int | None, typer.Option(help="Cells in flight at once (default: two per device).")] = None,
+    slots: Annotated[int | None, typer.Option(help="Evaluations at once per device (local pool; default 1). Timing stays exclusive.")] = None,
     cache_dir: Annotated[str | None, typer.Option(help="The evaluator's build cache.")] = None,
     timeout: Annotated[float | None, typer.Option(help="Evaluation time limit per candidate, seconds.")] = None,
     trials: Annotated[int | None, typer.Option(help="Correctness trials per candidate.")] = None,
@@ -66,8 +67,8 @@ def run_cmd(
 
     overrides = {"out": str(out_dir) if out_dir else None, "model": model, "regimes": _split(regimes), "tasks": tasks,
                  "n": n, "turns": turns, "seeds": seeds, "devices": _split(devices), "target": target,
-                 "max_tokens": max_tokens, "facts": str(facts) if facts else None, "jobs": jobs, "cache_dir": cache_dir,
-                 "eval.timeout": timeout, "eval.trials": trials, "eval.iters": iters, "eval.warmup": warmup,
+                 "max_tokens": max_tokens, "facts": str(facts) if facts else None, "jobs": jobs, "slots": slots,
+                 "cache_dir": cache_dir, "eval.timeout": timeout, "eval.trials": trials, "eval.iters": iters, "eval.warmup": warmup,
                  "eval.time": timing, "eval.size": size, "eval.compile_baseline": compile_baseline, "executor": executor}
     spec = load_spec(study_file, overrides)
     display = StudyProgress(err)

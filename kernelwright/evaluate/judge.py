@@ -56,6 +56,7 @@ class Judge:
         self.ref_runner = ref_runner
         self.fields: dict[str, Any] = {"judge": "split"}
         self.current = "start-up"
+        self._ref_pending = 0  # replies the reference's runner owes (its import and init)
 
     def stage(self, name: str) -> Any:
         self.current = name
@@ -167,6 +168,7 @@ class Judge:
             self._ask(ref.post, Import(role="reference", source=job.task_source, workdir=job.workdir,
                                        device=job.device, compile_baseline=bool(job.compile_baseline)))
             self._ask(ref.post, init_request(job.seed, self.init_inputs))
+            self._ref_pending = 2
 
         kernelbench = job.compat == "kernelbench"
         if kernelbench:
@@ -204,8 +206,18 @@ class Judge:
         if job.time:
             with self.stage("timing"), self.device_lock.DeviceLock(device) as held:
                 self.fields["device_lock_wait_s"] = round(held.waited, 4)
-                self._timing()
+                pair = self._timing()
             self._checks()
+            if job.compile_baseline:
+                # After the candidate's timing (out of scope above: the compile reads caches the
+                # candidate could write). torch.compile compiles at its first call, seconds of CPU
+                # (15 s on the 2-core CPU): that call holds the device shared, so it is held alone
+                # only for what is timed.
+                with self.stage("compile_baseline"), self.device_lock.DeviceLock(device, shared=True):
+                    self._compile_reference()
+                if "compile_baseline_error" not in self.fields:
+                    with self.stage("compile_timing"), self.device_lock.DeviceLock(device):
+                        self._compile_baseline(*pair)
             with self.stage("recheck"), self.device_lock.DeviceLock(device, shared=True):
                 self._recheck()
             self._checks()
@@ -263,21 +275,14 @@ class Judge:
         # Custom code must run in every trial, not once at construction or on one lucky input.
         self.fields["custom_kernel"] = bool(calls_per_trial) and all(calls_per_trial)
 
-    def _timing(self) -> None:
-        """The candidate's runner against the reference's, under timing.time_served_pair."""
+    def _timing(self) -> tuple[Any, Any, Any]:
+        """The candidate's runner against the reference's, under timing.time_served_pair; returns
+        what the compile baseline is timed with (the output check, the protocol, the candidate's times)."""
         from kernelwright.evaluate.remote import Refused, Served
 
         timing, job, compare = self.timing, self.job, self.compare
-        ref = self.ref_runner
-        assert ref is not None
-        for _ in ("import", "init"):  # posted after load_reference
-            reply = self._ask(ref.collect)
-            if not reply.ok:
-                raise Finish("reference_error", f"the reference's runner: {reply.error}")
+        ref = self._reference_runner()
         cfg = timing.TimingConfig(**job.timing.model_dump())
-
-        def draw() -> list[Any]:
-            return self._inputs(secrets.randbits(31))
 
         def check(out_r: Any, out_c: Any) -> Optional[str]:
             result = compare.compare(out_r, out_c, self.tol, -1)
@@ -285,7 +290,7 @@ class Judge:
 
         cand_served, ref_served = Served(self.cand, self.like), Served(ref, self.like)
         try:
-            pair = self._ask(timing.time_served_pair, cand_served, ref_served, draw, check,
+            pair = self._ask(timing.time_served_pair, cand_served, ref_served, self._draw, check,
                              self.device, cfg, self._bandwidth(), null=ref_served)
             fields = timing.pair_fields(pair, self.device.type == "cuda")
         except timing.TimedCallRejected as e:
@@ -296,29 +301,56 @@ class Judge:
             raise self._claim(e.reply) from None
         self.fields.setdefault("flags", []).extend(fields.pop("flags"))
         self.fields.update(fields)
-        cand = pair.candidate
-        if job.compile_baseline:
-            self._compile_baseline(draw, check, cfg, cand)
+        return check, cfg, pair.candidate
+
+    def _draw(self) -> list[Any]:
+        """Fresh inputs for one timed call."""
+        return self._inputs(secrets.randbits(31))
+
+    def _reference_runner(self) -> Any:
+        """The reference's runner, its import and init collected (posted after load_reference)."""
+        ref = self.ref_runner
+        assert ref is not None
+        while self._ref_pending:
+            self._ref_pending -= 1
+            reply = self._ask(ref.collect)
+            if not reply.ok:
+                raise Finish("reference_error", f"the reference's runner: {reply.error}")
+        return ref
+
+    def _compile_reference(self) -> None:
+        """torch.compile(reference) in the reference's runner, and its first call (the compilation)
+        on fresh inputs; a failure is recorded as the baseline's error and skips its timing."""
+        from kernelwright.evaluate.link import Compile
+        from kernelwright.evaluate.remote import Refused, Served
+
+        ref = self._reference_runner()
+        try:
+            reply = self._ask(ref.request, Compile())
+            if not reply.ok:
+                raise Refused(reply)
+            served = Served(ref, self.like, "compiled")
+            self._ask(lambda: served.run(served.stage(self._draw())))
+        except Refused as e:
+            text = e.reply.error or ""
+            self.fields["compile_baseline_error"] = text.strip().splitlines()[0][:200] if text.strip() else "failed"
 
     def _bandwidth(self) -> Optional[float]:
         from pathlib import Path
 
         return self.floor_bandwidth(str(self.device), Path(self.job.builds_root).parent)
 
-    def _compile_baseline(self, draw: Any, check: Any, cfg: Any, cand: Any) -> None:
-        """torch.compile(reference) in the reference's runner, timed against the eager reference there
-        under the candidate's protocol and thread count. A failure is a fact about this machine."""
-        from kernelwright.evaluate.link import Compile
+    def _compile_baseline(self, check: Any, cfg: Any, cand: Any) -> None:
+        """torch.compile(reference), compiled by _compile_reference, timed against the eager reference
+        in the reference's runner under the candidate's protocol and thread count. A failure is a
+        fact about this machine."""
         from kernelwright.evaluate.remote import Refused, Served
 
         ref = self.ref_runner
         try:
-            reply = self._ask(ref.request, Compile())
-            if not reply.ok:
-                raise Refused(reply)
             eager = Served(ref, self.like)
             comp = self._ask(self.timing.time_served_pair, Served(ref, self.like, "compiled"),
-                             eager, draw, check, self.device, cfg, threads=cand.threads, null=eager).candidate
+                             eager, self._draw, check, self.device, cfg, threads=cand.threads, null=eager).candidate
         except (Refused, self.timing.TimedCallRejected) as e:
             text = (e.reply.error if isinstance(e, Refused) else e.message) or ""
             self.fields["compile_baseline_error"] = text.strip().splitlines()[0][:200] if text.strip() else "failed"

@@ -14,7 +14,9 @@ How the work flows, and why:
   while the device slots evaluate what is already built. A build that fails decides the verdict
   there (compile_error / hallucinated_api: the evaluation would stop at the same import); any
   other outcome (built, timed out, crashed) goes on to a full evaluation, which decides.
-- One *device slot* per device runs full evaluations one at a time, so timings never overlap.
+- One *device slot* per device (or `slots_per_device`) runs full evaluations. Timings never overlap
+  whatever the count: the judge holds the device's lock alone for its timed stage and shared for
+  the rest (device.py), so several slots overlap only the untimed parts of their evaluations.
 - Every evaluation is still a fresh interpreter (sandbox.py): a slot is reused across candidates,
   its processes are not. What a slot keeps warm is the next process, started ahead with torch
   already imported, so the import is off the critical path. A slot is recycled (spare discarded)
@@ -65,6 +67,7 @@ class PoolConfig:
     prewarm: bool = True  # keep the next worker process started (torch imported) in every slot
     dedupe: bool = True
     prebuild: bool = True  # False: every build happens in the device slot (one at a time)
+    slots_per_device: int = 1  # evaluations at once on a device (its timed stage alone: device.py)
 
 
 @dataclass
@@ -182,13 +185,13 @@ class EvalPool:
             slot = Slot(f"compile{i}", per_build, self.config.prewarm,
                         overlap=True, extra_env=hide)
             self._start(slot, self._compile_q, self._prebuild_one)
-        for d in devices:
-            d = device_key(d)
+        for d in dict.fromkeys(device_key(d) for d in devices):
             self._device_q[d] = queue.Queue()
-            # a device slot builds only what a prebuild could not (rare): one job is enough
-            slot = Slot(d.replace(":", ""), 1, self.config.prewarm,
-                        overlap=d.startswith("cuda"))
-            self._start(slot, self._device_q[d], self._evaluate_one)
+            for k in range(max(1, self.config.slots_per_device)):
+                # a device slot builds only what a prebuild could not (rare): one job is enough
+                slot = Slot(d.replace(":", "") + (f"s{k}" if k else ""), 1, self.config.prewarm,
+                            overlap=d.startswith("cuda"))
+                self._start(slot, self._device_q[d], self._evaluate_one)
 
     # -- public ---------------------------------------------------------------------------------
 

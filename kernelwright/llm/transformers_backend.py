@@ -18,6 +18,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from itertools import groupby
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,10 @@ class TransformersBackend:
                 ) from None
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.batch_size = max(1, batch_size)
+        # Held around each batch, not the whole call (a study sets it to its device's lock, shared):
+        # a call of many batches took minutes on the H200, and no evaluation could be timed there
+        # until it ended (2026-12-03e: 1,626 s of two studies' timed stages spent waiting).
+        self.batch_guard: AbstractContextManager = nullcontext()
         self.model = model or (Path(gguf_file).stem if gguf_file else model_id)
         source: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
         # Dequantising a GGUF takes most of a minute (80 s for the 1.5B on the H200's host): the
@@ -227,7 +232,8 @@ class TransformersBackend:
                 batch = group[b : b + self.batch_size]
                 first = requests[batch[0][0]]
                 seed = first.sample_seed(batch[0][1])
-                done = self._run_batch([prompts[i] for i, _ in batch], self._generation_config(first), seed)
+                with self.batch_guard:
+                    done = self._run_batch([prompts[i] for i, _ in batch], self._generation_config(first), seed)
                 for (i, s), completion in zip(batch, done, strict=True):
                     results[i][s] = completion
         final = [[c for c in row if c is not None] for row in results]

@@ -152,7 +152,12 @@ def shared_backend(inner: Backend) -> CoalescingBackend:
     device = getattr(inner, "device", None)
     # backends that gain from many requests per call linger a moment to gather the first wave
     linger = 1.0 if getattr(inner, "batches_requests", False) else 0.0
-    return CoalescingBackend(inner, DeviceLock(device, shared=True) if device else None, linger)
+    guard = DeviceLock(device, shared=True) if device else None
+    if guard is not None and hasattr(inner, "batch_guard"):
+        # a backend that generates a call in batches holds the device a batch at a time, so that a
+        # timing waiting for it gets in between batches (transformers_backend.batch_guard)
+        inner.batch_guard, guard = guard, None
+    return CoalescingBackend(inner, guard, linger)
 
 
 class FactsStore:
@@ -399,7 +404,8 @@ def _run_as_writer(spec: StudySpec, tasks: Sequence[TaskOrFailure], retry_failed
         ended = "interrupted"
         try:
             prefetch_scaffold_plans(spec, todo, tasks)
-            with opened(make_executor(spec.executor, spec.devices)) as executor:
+            options = {"slots_per_device": spec.slots} if spec.executor == "local" else {}
+            with opened(make_executor(spec.executor, spec.devices, **options)) as executor:
                 summary = run_jobs(todo, spec.out, slots, spec.concurrency, executor, on_event, summary)
             ended = f"stopped: {summary.stopped}" if summary.stopped else "completed"
             return summary

@@ -119,6 +119,11 @@ class StudySpec(BaseModel):
     # Where evaluations run: "local" (kernelwright.executors.pool on this machine) or "ray" (a Ray
     # cluster at RAY_ADDRESS; docs/scaling.md). How the work is spread: not in the config hash.
     executor: str = "local"
+    # Evaluations at once per device in the local pool. The timed stage holds the device alone
+    # (device.py) whatever this is; more slots overlap the rest of an evaluation (start, import,
+    # correctness, build loads) with another's, where one slot was the whole study's queue (H200,
+    # 2026-12-03e: one slot busy for all 23 minutes of a CUDA search study).
+    slots: int = 1
 
     @field_validator("regimes")
     @classmethod
@@ -166,8 +171,8 @@ class StudySpec(BaseModel):
             raise ValueError(f"unknown target {self.target!r}: use cuda, triton or cpp")
         if self.executor not in EXECUTORS:
             raise ValueError(f"unknown executor {self.executor!r}: use {', '.join(EXECUTORS)}")
-        if self.jobs < 0 or self.max_tokens < 1:
-            raise ValueError("jobs must be >= 0 and max_tokens >= 1")
+        if self.jobs < 0 or self.max_tokens < 1 or self.slots < 1:
+            raise ValueError("jobs must be >= 0, slots and max_tokens >= 1")
         return self
 
     # -- derived -------------------------------------------------------------------------------

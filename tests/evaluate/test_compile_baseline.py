@@ -23,6 +23,10 @@ def test_compile_baseline_is_timed_like_the_reference(fast_cfg):
     if r.compile_baseline_error is None:
         assert r.compile_runtime_ms and r.compile_timing is not None and r.faster_than_compile is not None
         assert r.compile_timing.protocol == r.ref_timing.protocol
+        # the candidate timed first; then compiled (its first call) holding the device shared, and
+        # only the compiled model's timing holds it alone
+        names = [s.name for s in r.stages]
+        assert names.index("timing") < names.index("compile_baseline") == names.index("compile_timing") - 1
     else:
         assert r.compile_runtime_ms is None and r.faster_than_compile is None
     plain = evaluate(task, EXAMPLE.read_text(), fast_cfg(iters=10))

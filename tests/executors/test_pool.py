@@ -95,6 +95,24 @@ def test_a_slot_runs_prewarmed_workers_each_with_its_own_scratch(bias_relu, fast
         slot.discard_spare()
 
 
+@pytest.mark.build
+def test_several_slots_on_one_device_share_its_queue_and_give_the_same_verdicts(bias_relu, fast_cfg):
+    # a device listed twice is one device; slots_per_device=2 puts two slots on its one queue
+    with EvalPool(PoolConfig(devices=["cpu", "cpu"], compile_workers=1, slots_per_device=2)) as pool:
+        slots = [s for s in pool._slots if not s.name.startswith("compile")]
+        assert [s.name for s in slots] == ["cpu", "cpus1"] and list(pool._device_q) == ["cpu"]
+        ran: list[str] = []
+        for s in slots:
+            def recording(*a, _run=s.run, _name=s.name, **k):
+                ran.append(_name)
+                return _run(*a, **k)
+            s.run = recording
+        futures = [pool.submit(bias_relu, text(n), fast_cfg()) for n in ("correct_cpp.py", "wrong_cpp.py")]
+        results = [f.result(timeout=900) for f in futures]
+    assert [r.verdict for r in results] == [Verdict.CORRECT, Verdict.WRONG_OUTPUT]
+    assert sorted(ran) == ["cpu", "cpus1"]  # the second evaluation did not wait for the first's slot
+
+
 def test_compile_slots_never_run_more_jobs_than_cores():
     with EvalPool(PoolConfig(devices=["cpu"], compile_workers=2)) as pool:
         compile_slots = [s for s in pool._slots if s.name.startswith("compile")]

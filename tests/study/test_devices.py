@@ -64,3 +64,43 @@ def test_a_model_without_a_device_holds_nothing():
     probe = Probe(None)
     shared_backend(probe).generate([GenerationRequest.chat("q")])
     assert probe.seen == [(False, 1)]
+
+
+def _held_alone() -> bool:
+    """Whether something holds cuda:0's lock (an exclusive request would wait)."""
+    with open(lock_path("cuda:0"), "a") as other:
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(other, fcntl.LOCK_UN)
+        return False
+
+
+class Batched(Probe):
+    """A double of a backend that generates one call in batches, holding `batch_guard` around each
+    (as transformers_backend does)."""
+
+    def __init__(self, device: str | None) -> None:
+        super().__init__(device)
+        from contextlib import nullcontext
+
+        self.batch_guard = nullcontext()
+        self.between: list[bool] = []
+
+    def generate(self, requests):
+        lock_path("cuda:0").parent.mkdir(parents=True, exist_ok=True)
+        for k in range(3):
+            with self.batch_guard:
+                self.seen.append((_held_alone(), k))
+            self.between.append(_held_alone())
+        return [[Completion(text="x", finish_reason="stop", prompt_tokens=1, completion_tokens=1, latency_s=0.0)]
+                for _ in requests]
+
+
+def test_a_batched_model_holds_its_device_a_batch_at_a_time():
+    # a timing waiting for the device gets it between two batches of one long call
+    probe = Batched("cuda")
+    shared_backend(probe).generate([GenerationRequest.chat("q")])
+    assert [held for held, _ in probe.seen] == [True, True, True]
+    assert probe.between == [False, False, False]
