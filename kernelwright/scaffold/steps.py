@@ -364,13 +364,14 @@ def _spread(text: str, cols: int) -> str:
 
 # ---- composition -----------------------------------------------------------------------------------
 
-def compose(steps: list[Step], regions: list[str], segment: Segment, target: str) -> str:
+def compose(steps: list[Step], regions: list[str], segment: Segment, target: str, strided: bool = True) -> str:
     """The region of ``segment`` in ``target`` from each step's answer (its region, as the splicer
-    left it), in order."""
+    left it), in order. ``strided``: a CUDA row task's loop is spread over the block's threads where
+    its answer allows (`_strided`); else it runs on one thread."""
     if segment.kind == SegmentKind.ROW:
         if target == "triton":
             return _compose_row_triton(steps, regions)
-        return _compose_row_c(steps, regions, target, segment.per_row_output)
+        return _compose_row_c(steps, regions, target, segment.per_row_output, strided)
     out: list[str] = []
     if target == "triton":
         saved = any(i == "x" or o == "x" for st in steps for i, o in st.bindings)
@@ -412,7 +413,8 @@ def _compose_row_triton(steps: list[Step], regions: list[str]) -> str:
     return "\n".join(out + [f"y = {steps[-1].local}"])
 
 
-def _compose_row_c(steps: list[Step], regions: list[str], target: str, per_row_output: bool) -> str:
+def _compose_row_c(steps: list[Step], regions: list[str], target: str, per_row_output: bool,
+                   strided: bool = True) -> str:
     """C++/CUDA: a whole-row value is a lambda of the column j (the module's inputs already are:
     `x(j)`), a value per row a float. A row task's inputs are bound as such lambdas; its whole-row
     result is written to the output row (`y`) and read back from it. In CUDA every thread of the
@@ -431,7 +433,7 @@ def _compose_row_c(steps: list[Step], regions: list[str], target: str, per_row_o
 
     for st, region in zip(steps, regions, strict=True):
         if st.row_task and cuda:
-            out += _cuda_row_task(st, region, by_local)
+            out += _cuda_row_task(st, region, by_local, strided)
             continue
         if st.row_task:
             head = [f"    auto kw_in_{i} = {('kw_' + o) if o in by_local else o};" for i, o in st.inputs]
@@ -468,12 +470,74 @@ def _wide(region: str) -> str:
     return re.sub(r"\bfloat\b(?!\s*\*)", "double", region)
 
 
-def _cuda_row_task(st: Step, region: str, by_local: dict[str, Step]) -> list[str]:
-    """A CUDA row task, written as the C++ row kernel's loop over the row (line_target), run by
-    thread 0 of the block; its value reaches the other threads through shared memory (one value
-    a row) or the output row (a whole row), after the block's barrier."""
+# A row task's loop over the row, as its prompt shows it (the C++ row kernel's), and the reductions
+# whose loop can be spread over a block's threads: the combiner of the threads' values (skeleton's
+# CUDA_HELPERS) and the start values that are its identity (each thread starts its share from one).
+_ROW_LOOP = re.compile(r"for\s*\(\s*(?:int64_t|int|long|size_t|auto)\s+j\s*=\s*0\s*;\s*j\s*<\s*cols\s*;"
+                       r"\s*(?:\+\+\s*j|j\s*\+\+|j\s*\+=\s*1)\s*\)")
+_COMBINERS = {
+    "sum": ("block_sum", "0.0", r"0(?:\.0*)?f?|\.0+f?"),
+    "amax": ("block_max", "-INFINITY",
+             r"-\s*INFINITY|-\s*(?:std::)?numeric_limits<float>::infinity\(\)|-\s*FLT_MAX|x\(0\)"),
+}
+_COMBINERS["max"] = _COMBINERS["amax"]
+_SERIAL = re.compile(r"\b(?:for|while|do|break|continue|return|goto)\b")
+
+
+def _strided(region: str, op: str) -> Optional[str]:
+    """A row task's answer with its loop over the row strided over the block's threads, where the
+    answer is a reduction the threads can share: before the loop only start values that are the
+    op's identity, one loop with no other loop or jump in it, after it at most `y = <one of
+    those>;`. None otherwise (the answer then runs on thread 0). A strided answer is only a
+    candidate: the composed region is pre-checked (the host shim runs a block's threads), and
+    composed on one thread where it fails (search_steps._composed)."""
+    if op not in _COMBINERS:
+        return None
+    ident = _COMBINERS[op][2]
+    text = "\n".join(ln for ln in region.strip().splitlines() if not ln.strip().startswith("#"))
+    loops = list(_ROW_LOOP.finditer(text))
+    if len(loops) != 1:
+        return None
+    loop = loops[0]
+    starts = set()
+    for stmt in filter(None, (x.strip() for x in text[: loop.start()].split(";"))):
+        m = re.fullmatch(rf"(?:(?:float|double|auto)\s+)?(\w+)\s*=\s*(?:{ident})", stmt)
+        if m is None:
+            return None
+        starts.add(m.group(1))
+    rest = text[loop.end():].lstrip()
+    if rest.startswith("{"):
+        depth = 0
+        for end, ch in enumerate(rest):
+            depth += {"{": 1, "}": -1}.get(ch, 0)
+            if depth == 0:
+                break
+        body, tail = rest[: end + 1], rest[end + 1:].strip()
+    else:
+        body, _, tail = rest.partition(";")
+        tail = tail.strip()
+    if body.count("{") != body.count("}") or _SERIAL.search(body):
+        return None
+    if tail and not any(re.fullmatch(rf"y\s*=\s*{re.escape(n)}\s*;", tail) for n in starts):
+        return None
+    return text[: loop.start()] + "for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)" + text[loop.end():]
+
+
+def _cuda_row_task(st: Step, region: str, by_local: dict[str, Step], strided: bool = True) -> list[str]:
+    """A CUDA row task, written as the C++ row kernel's loop over the row (line_target). A reduction
+    whose answer allows it (`_strided`) runs on every thread of the block, each over its share of
+    the row, and the threads' values are combined (block_sum, block_max): a row on one thread ran
+    0.08-0.47x eager on the H200 (2026-12-03e). Otherwise it runs on thread 0 of the block, and its
+    value reaches the other threads through shared memory (one value a row) or the output row (a
+    whole row), after the block's barrier."""
     head = [f"        auto kw_in_{i} = {('kw_' + o) if o in by_local else o};" for i, o in st.inputs]
     head += [f"        auto {i} = kw_in_{i};" for i, _ in st.inputs]
+    ops = st.plan.segment.targets
+    spread = _strided(region, ops[0]) if strided and st.per_row and len(ops) == 1 else None
+    if spread is not None:
+        combine, start, _ = _COMBINERS[ops[0]]
+        return [f"float {st.local};", "{", *[h[4:] for h in head], f"    double y = {start};",
+                *_indent(_wide(spread), "    "), f"    {st.local} = {combine}(static_cast<float>(y));", "}"]
     body = _indent(_wide(region), "        ")
     if st.per_row:
         return [f"__shared__ float kw_sh_{st.local};", "if (threadIdx.x == 0) {", *head, "        double y = 0.0;",

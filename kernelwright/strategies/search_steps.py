@@ -186,9 +186,19 @@ def _build(ctx: RunContext, steps: list[Any], solved: dict[int, list[tuple[Sampl
     from kernelwright.scaffold.steps import compose
 
     picks = _choices(solved, len(steps))
-    regions = [compose(steps, [solved[k][p][0].region for k, p in enumerate(pick)], sc.segment, ctx.target)
-               for pick in picks]
+    answers = [[solved[k][p][0].region for k, p in enumerate(pick)] for pick in picks]
+    regions = [compose(steps, a, sc.segment, ctx.target) for a in answers]
     plan_checks = precheck_many(search.task_plan(ctx), ctx.target, regions)
+    # a CUDA row task spread over the block's threads (steps._strided) that fails the check is
+    # composed again on one thread: its lines passed, and that composition is the plain one
+    serial = {i: compose(steps, answers[i], sc.segment, ctx.target, strided=False) for i, c in enumerate(plan_checks)
+              if not c.passed}
+    serial = {i: r for i, r in serial.items() if r != regions[i]}
+    if serial:
+        for i, check in zip(serial, precheck_many(search.task_plan(ctx), ctx.target, list(serial.values()))):
+            log.info("%s: a strided row composition failed its pre-check (%s); on one thread: %s", ctx.task.id,
+                     plan_checks[i].status.value, check.status.value)
+            regions[i], plan_checks[i] = serial[i], check
     sample = len(steps) * n
     built = 0
     for c, (pick, region, check) in enumerate(zip(picks, regions, plan_checks)):

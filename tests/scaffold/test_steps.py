@@ -122,20 +122,51 @@ def test_a_line_on_a_weight_broadcast_against_the_row_is_split(plans) -> None:
     assert decode(steps[6].plan.probes.expected)[:cols] == decode(plans[RMS_BF16].probes.inputs["weight"])[:cols]
 
 
-def test_cuda_row_tasks_are_cpp_loops_run_by_one_thread(plans) -> None:
+def test_cuda_row_tasks_are_cpp_loops_spread_over_the_block_or_run_by_one_thread(plans) -> None:
     """A CUDA row task is the C++ row kernel's task (a loop over the row, no block reductions);
-    a single-line row is worth splitting in CUDA only."""
+    a single-line row is worth splitting in CUDA only. Composed, a reduction's loop is strided over
+    the block's threads and combined by the op's block reduction; else thread 0 runs it."""
     [one] = split(plans[SOFTMAX], parts=False)
     assert one.row_task and line_target(one, "cuda") == "cpp" and line_target(one, "triton") == "triton"
     assert worth_it([one], "cuda") and not worth_it([one], "cpp") and not worth_it([one], "triton")
     rms = split(plans[RMS], parts=False)
     assert [line_target(st, "cuda") for st in rms] == ["cuda", "cpp", "cuda", "cuda", "cuda", "cuda"]
+    # a mean (its lines not split): no combiner of its own, on thread 0
     composed = compose(rms, [region(write(st.plan, line_target(st, "cuda"))) for st in rms], plans[RMS].segment,
                        "cuda")
     assert "__shared__ float kw_sh_v2;" in composed and "if (threadIdx.x == 0) {" in composed
     assert composed.count("__syncthreads();") == 1
     # the row task's loop accumulates in double (a float sum over a long row drifts past atol)
     assert "double y = 0.0;" in composed
+    # split, the mean is a sum and a division: the sum's loop is spread over the block
+    parts = split(plans[RMS])
+    answers = [region(write(st.plan, line_target(st, "cuda"))) for st in parts]
+    spread = compose(parts, answers, plans[RMS].segment, "cuda")
+    assert "j = threadIdx.x; j < cols; j += blockDim.x) { t0 += x(j); }" in spread
+    assert "v2 = block_sum(static_cast<float>(y));" in spread and "if (threadIdx.x == 0)" not in spread
+    serial = compose(parts, answers, plans[RMS].segment, "cuda", strided=False)
+    assert "if (threadIdx.x == 0) {" in serial and "block_sum" not in serial
+    assert all(c.passed for c in precheck_many(plans[RMS], "cuda", [spread, serial, composed]))
+
+
+@pytest.mark.parametrize(("answer", "op", "spread"), [
+    ("float t = 0.0f;\nfor (int64_t j = 0; j < cols; ++j) { t += x(j); }\ny = t;", "sum", True),
+    ("#pragma omp simd\nfor (int64_t j = 0; j < cols; ++j) {\n    y += x(j) * x(j);\n}", "sum", True),
+    ("float m = -INFINITY;\nfor (int j = 0; j < cols; j++) m = fmaxf(m, x(j));\ny = m;", "amax", True),
+    # not the op's identity to start from, a loop from 1, work after the loop, a second loop, a scan
+    ("float s = 1.0f;\nfor (int64_t j = 0; j < cols; ++j) s += x(j);\ny = s;", "sum", False),
+    ("y = x(0);\nfor (int64_t j = 1; j < cols; ++j) y = fmaxf(y, x(j));", "amax", False),
+    ("float s = 0;\nfor (int64_t j = 0; j < cols; ++j) s += x(j);\ny = s / cols;", "sum", False),
+    ("for (int64_t j = 0; j < cols; ++j) y += x(j);\nfor (int64_t j = 0; j < cols; ++j) y += 0;", "sum", False),
+    ("float t = 0.0f;\nfor (int64_t j = 0; j < cols; ++j) { t += x(j); y[j] = t; }", "cumsum", False),
+])
+def test_a_row_reduction_is_strided_only_where_its_answer_allows(answer, op, spread) -> None:
+    from kernelwright.scaffold.steps import _strided
+
+    out = _strided(answer, op)
+    assert (out is not None) == spread
+    if spread:
+        assert out.count("for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)") == 1
     from kernelwright.scaffold.steps import _wide
 
     assert _wide("float s = 0.0f;\nfloat* p = y;\ny = s / (float)cols;") == \
@@ -248,11 +279,13 @@ def test_a_composed_cuda_row_region_compiles(plans, tmp_path) -> None:
     assert precheck_many(steps[0].plan, "cpp", [CPP_SOFTMAX])[0].passed
     composed = compose(steps, answers, plan.segment, "cuda")
     assert precheck_many(plan, "cuda", [composed])[0].passed, composed
-    # and the softmax as its definition's lines: two row tasks on thread 0, three elementwise lines
+    # and the softmax as its definition's lines: two row tasks spread over the block (a max and a
+    # sum), three elementwise lines
     parts = split(plan)
     assert [s.row_task for s in parts] == [True, False, False, True, False, False]
     by_parts = compose(parts, [region(write(s.plan, line_target(s, "cuda"))) for s in parts], plan.segment, "cuda")
-    assert by_parts.count("if (threadIdx.x == 0) {") == 2 and precheck_many(plan, "cuda", [by_parts])[0].passed
+    assert "block_max(" in by_parts and "block_sum(" in by_parts and "if (threadIdx.x == 0)" not in by_parts
+    assert precheck_many(plan, "cuda", [by_parts])[0].passed
     # a bf16 row: the output row is `at::BFloat16*` (the H200's compile_error of 2026-12-03b)
     bf16 = split(plans[RMS_BF16])
     bf16_region = compose(bf16, [region(write(s.plan, line_target(s, "cuda"))) for s in bf16], plans[RMS_BF16].segment,
