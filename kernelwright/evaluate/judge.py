@@ -56,7 +56,6 @@ class Judge:
         self.ref_runner = ref_runner
         self.fields: dict[str, Any] = {"judge": "split"}
         self.current = "start-up"
-        self._ref_pending = 0  # replies the reference's runner owes (its import and init)
 
     def stage(self, name: str) -> Any:
         self.current = name
@@ -168,7 +167,6 @@ class Judge:
             self._ask(ref.post, Import(role="reference", source=job.task_source, workdir=job.workdir,
                                        device=job.device, compile_baseline=bool(job.compile_baseline)))
             self._ask(ref.post, init_request(job.seed, self.init_inputs))
-            self._ref_pending = 2
 
         kernelbench = job.compat == "kernelbench"
         if kernelbench:
@@ -217,7 +215,7 @@ class Judge:
                     self._compile_reference()
                 if "compile_baseline_error" not in self.fields:
                     with self.stage("compile_timing"), self.device_lock.DeviceLock(device):
-                        self._compile_baseline(*pair)
+                        self._time_compiled(*pair)
             with self.stage("recheck"), self.device_lock.DeviceLock(device, shared=True):
                 self._recheck()
             self._checks()
@@ -281,7 +279,12 @@ class Judge:
         from kernelwright.evaluate.remote import Refused, Served
 
         timing, job, compare = self.timing, self.job, self.compare
-        ref = self._reference_runner()
+        ref = self.ref_runner
+        assert ref is not None
+        for _ in ("import", "init"):  # posted after load_reference
+            reply = self._ask(ref.collect)
+            if not reply.ok:
+                raise Finish("reference_error", f"the reference's runner: {reply.error}")
         cfg = timing.TimingConfig(**job.timing.model_dump())
 
         def check(out_r: Any, out_c: Any) -> Optional[str]:
@@ -307,24 +310,14 @@ class Judge:
         """Fresh inputs for one timed call."""
         return self._inputs(secrets.randbits(31))
 
-    def _reference_runner(self) -> Any:
-        """The reference's runner, its import and init collected (posted after load_reference)."""
-        ref = self.ref_runner
-        assert ref is not None
-        while self._ref_pending:
-            self._ref_pending -= 1
-            reply = self._ask(ref.collect)
-            if not reply.ok:
-                raise Finish("reference_error", f"the reference's runner: {reply.error}")
-        return ref
-
     def _compile_reference(self) -> None:
-        """torch.compile(reference) in the reference's runner, and its first call (the compilation)
-        on fresh inputs; a failure is recorded as the baseline's error and skips its timing."""
+        """torch.compile(reference) in the reference's runner (ready since the candidate's timing),
+        and its first call (the compilation) on fresh inputs; a failure is recorded as the
+        baseline's error and skips its timing."""
         from kernelwright.evaluate.link import Compile
         from kernelwright.evaluate.remote import Refused, Served
 
-        ref = self._reference_runner()
+        ref = self.ref_runner
         try:
             reply = self._ask(ref.request, Compile())
             if not reply.ok:
@@ -332,15 +325,19 @@ class Judge:
             served = Served(ref, self.like, "compiled")
             self._ask(lambda: served.run(served.stage(self._draw())))
         except Refused as e:
-            text = e.reply.error or ""
-            self.fields["compile_baseline_error"] = text.strip().splitlines()[0][:200] if text.strip() else "failed"
+            self._baseline_failed(e.reply.error)
+
+    def _baseline_failed(self, text: Optional[str]) -> None:
+        """The compile baseline's failure, its first line: a fact about this machine, not a verdict."""
+        text = (text or "").strip()
+        self.fields["compile_baseline_error"] = text.splitlines()[0][:200] if text else "failed"
 
     def _bandwidth(self) -> Optional[float]:
         from pathlib import Path
 
         return self.floor_bandwidth(str(self.device), Path(self.job.builds_root).parent)
 
-    def _compile_baseline(self, check: Any, cfg: Any, cand: Any) -> None:
+    def _time_compiled(self, check: Any, cfg: Any, cand: Any) -> None:
         """torch.compile(reference), compiled by _compile_reference, timed against the eager reference
         in the reference's runner under the candidate's protocol and thread count. A failure is a
         fact about this machine."""
@@ -352,8 +349,7 @@ class Judge:
             comp = self._ask(self.timing.time_served_pair, Served(ref, self.like, "compiled"),
                              eager, self._draw, check, self.device, cfg, threads=cand.threads, null=eager).candidate
         except (Refused, self.timing.TimedCallRejected) as e:
-            text = (e.reply.error if isinstance(e, Refused) else e.message) or ""
-            self.fields["compile_baseline_error"] = text.strip().splitlines()[0][:200] if text.strip() else "failed"
+            self._baseline_failed(e.reply.error if isinstance(e, Refused) else e.message)
             return
         self.fields["compile_timing"], self.fields["compile_runtime_ms"] = comp.model_dump(), comp.median_ms
         self.fields["faster_than_compile"] = bool(cand.median_ms < comp.median_ms

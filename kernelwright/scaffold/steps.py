@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from pydantic import BaseModel
 
@@ -475,10 +475,16 @@ def _wide(region: str) -> str:
 # CUDA_HELPERS) and the start values that are its identity (each thread starts its share from one).
 _ROW_LOOP = re.compile(r"for\s*\(\s*(?:int64_t|int|long|size_t|auto)\s+j\s*=\s*0\s*;\s*j\s*<\s*cols\s*;"
                        r"\s*(?:\+\+\s*j|j\s*\+\+|j\s*\+=\s*1)\s*\)")
+class _Combiner(NamedTuple):
+    helper: str  # the block reduction that combines the threads' values
+    start: str  # each thread's start value: the op's identity
+    identity: str  # start values an answer may write before its loop (a regex)
+
+
 _COMBINERS = {
-    "sum": ("block_sum", "0.0", r"0(?:\.0*)?f?|\.0+f?"),
-    "amax": ("block_max", "-INFINITY",
-             r"-\s*INFINITY|-\s*(?:std::)?numeric_limits<float>::infinity\(\)|-\s*FLT_MAX|x\(0\)"),
+    "sum": _Combiner("block_sum", "0.0", r"0(?:\.0*)?f?|\.0+f?"),
+    "amax": _Combiner("block_max", "-INFINITY",
+                      r"-\s*INFINITY|-\s*(?:std::)?numeric_limits<float>::infinity\(\)|-\s*FLT_MAX|x\(0\)"),
 }
 _COMBINERS["max"] = _COMBINERS["amax"]
 _SERIAL = re.compile(r"\b(?:for|while|do|break|continue|return|goto)\b")
@@ -490,10 +496,10 @@ def _strided(region: str, op: str) -> Optional[str]:
     op's identity, one loop with no other loop or jump in it, after it at most `y = <one of
     those>;`. None otherwise (the answer then runs on thread 0). A strided answer is only a
     candidate: the composed region is pre-checked (the host shim runs a block's threads), and
-    composed on one thread where it fails (search_steps._composed)."""
+    composed on one thread where it fails (search_steps._checked)."""
     if op not in _COMBINERS:
         return None
-    ident = _COMBINERS[op][2]
+    ident = _COMBINERS[op].identity
     text = "\n".join(ln for ln in region.strip().splitlines() if not ln.strip().startswith("#"))
     loops = list(_ROW_LOOP.finditer(text))
     if len(loops) != 1:
@@ -530,14 +536,15 @@ def _cuda_row_task(st: Step, region: str, by_local: dict[str, Step], strided: bo
     0.08-0.47x eager on the H200 (2026-12-03e). Otherwise it runs on thread 0 of the block, and its
     value reaches the other threads through shared memory (one value a row) or the output row (a
     whole row), after the block's barrier."""
-    head = [f"        auto kw_in_{i} = {('kw_' + o) if o in by_local else o};" for i, o in st.inputs]
-    head += [f"        auto {i} = kw_in_{i};" for i, _ in st.inputs]
+    head = [f"auto kw_in_{i} = {('kw_' + o) if o in by_local else o};" for i, o in st.inputs]
+    head += [f"auto {i} = kw_in_{i};" for i, _ in st.inputs]
     ops = st.plan.segment.targets
     spread = _strided(region, ops[0]) if strided and st.per_row and len(ops) == 1 else None
     if spread is not None:
-        combine, start, _ = _COMBINERS[ops[0]]
-        return [f"float {st.local};", "{", *[h[4:] for h in head], f"    double y = {start};",
-                *_indent(_wide(spread), "    "), f"    {st.local} = {combine}(static_cast<float>(y));", "}"]
+        c = _COMBINERS[ops[0]]
+        scope = [*head, f"double y = {c.start};", _wide(spread), f"{st.local} = {c.helper}(static_cast<float>(y));"]
+        return [f"float {st.local};", "{", *_indent("\n".join(scope), "    "), "}"]
+    head = [f"        {h}" for h in head]
     body = _indent(_wide(region), "        ")
     if st.per_row:
         return [f"__shared__ float kw_sh_{st.local};", "if (threadIdx.x == 0) {", *head, "        double y = 0.0;",

@@ -182,23 +182,9 @@ def _choices(solved: dict[int, list[tuple[Sample, Attempt]]], lines: int) -> lis
 
 def _build(ctx: RunContext, steps: list[Any], solved: dict[int, list[tuple[Sample, Attempt]]], sc: Any,
            turn: int, n: int) -> bool:
-    from kernelwright.scaffold import precheck_many
-    from kernelwright.scaffold.steps import compose
-
     picks = _choices(solved, len(steps))
-    answers = [[solved[k][p][0].region for k, p in enumerate(pick)] for pick in picks]
-    regions = [compose(steps, a, sc.segment, ctx.target) for a in answers]
-    plan_checks = precheck_many(search.task_plan(ctx), ctx.target, regions)
-    # a CUDA row task spread over the block's threads (steps._strided) that fails the check is
-    # composed again on one thread: its lines passed, and that composition is the plain one
-    serial = {i: compose(steps, answers[i], sc.segment, ctx.target, strided=False) for i, c in enumerate(plan_checks)
-              if not c.passed}
-    serial = {i: r for i, r in serial.items() if r != regions[i]}
-    if serial:
-        for i, check in zip(serial, precheck_many(search.task_plan(ctx), ctx.target, list(serial.values()))):
-            log.info("%s: a strided row composition failed its pre-check (%s); on one thread: %s", ctx.task.id,
-                     plan_checks[i].status.value, check.status.value)
-            regions[i], plan_checks[i] = serial[i], check
+    regions, plan_checks = _checked(ctx, steps, [[solved[k][p][0].region for k, p in enumerate(pick)]
+                                                 for pick in picks], sc.segment)
     sample = len(steps) * n
     built = 0
     for c, (pick, region, check) in enumerate(zip(picks, regions, plan_checks)):
@@ -236,6 +222,26 @@ def _build(ctx: RunContext, steps: list[Any], solved: dict[int, list[tuple[Sampl
                 search._tune(ctx, (), [attempt], turn, sample)
             return True
     return False
+
+
+def _checked(ctx: RunContext, steps: list[Any], answers: list[list[str]], segment: Any) -> tuple[list[str], list[Any]]:
+    """Each pick's composed region and its whole pre-check. A CUDA row task spread over the block's
+    threads (steps._strided) whose region fails is composed again on one thread and checked again:
+    its lines passed, and that composition is the plain one."""
+    from kernelwright.scaffold import precheck_many
+    from kernelwright.scaffold.steps import compose
+
+    plan = search.task_plan(ctx)
+    regions = [compose(steps, a, segment, ctx.target) for a in answers]
+    checks = list(precheck_many(plan, ctx.target, regions))
+    again = {i: compose(steps, answers[i], segment, ctx.target, strided=False)
+             for i, check in enumerate(checks) if not check.passed}
+    again = {i: r for i, r in again.items() if r != regions[i]}
+    for i, check in zip(again, precheck_many(plan, ctx.target, list(again.values())) if again else []):
+        log.info("%s: a strided row composition failed its pre-check (%s); on one thread: %s", ctx.task.id,
+                 checks[i].status.value, check.status.value)
+        regions[i], checks[i] = again[i], check
+    return regions, checks
 
 
 def _composed(ctx: RunContext, region: str, result: EvalResult, turn: int, sample: int, sources: list[str],

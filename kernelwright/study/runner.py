@@ -404,7 +404,7 @@ def _run_as_writer(spec: StudySpec, tasks: Sequence[TaskOrFailure], retry_failed
         ended = "interrupted"
         try:
             prefetch_scaffold_plans(spec, todo, tasks)
-            options = {"slots_per_device": spec.slots} if spec.executor == "local" else {}
+            options = {"slots_per_device": spec.slots} if spec.executor == "local" else {}  # spec: > 1 only there
             with opened(make_executor(spec.executor, spec.devices, **options)) as executor:
                 summary = run_jobs(todo, spec.out, slots, spec.concurrency, executor, on_event, summary)
             ended = f"stopped: {summary.stopped}" if summary.stopped else "completed"

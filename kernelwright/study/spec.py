@@ -173,6 +173,8 @@ class StudySpec(BaseModel):
             raise ValueError(f"unknown executor {self.executor!r}: use {', '.join(EXECUTORS)}")
         if self.jobs < 0 or self.max_tokens < 1 or self.slots < 1:
             raise ValueError("jobs must be >= 0, slots and max_tokens >= 1")
+        if self.slots > 1 and self.executor != "local":
+            raise ValueError(f"slots are the local pool's (--executor local); {self.executor} spreads evaluations itself")
         return self
 
     # -- derived -------------------------------------------------------------------------------

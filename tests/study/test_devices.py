@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 
 import pytest
 
@@ -83,8 +84,6 @@ class Batched(Probe):
 
     def __init__(self, device: str | None) -> None:
         super().__init__(device)
-        from contextlib import nullcontext
-
         self.batch_guard = nullcontext()
         self.between: list[bool] = []
 

@@ -34,7 +34,7 @@ def test_config_hash_keys_what_changes_results_and_nothing_else(tmp_path):
     untimed = load_spec(None, {"out": str(tmp_path), "eval.time": False})
     assert h != untimed.config_hash(untimed.regime_config("zero_shot", 0), "m")
     # where the work runs is not part of a cell's identity: a resumed study may use other devices
-    spread = load_spec(None, {"out": str(tmp_path / "x"), "jobs": 5, "cache_dir": "/c"})
+    spread = load_spec(None, {"out": str(tmp_path / "x"), "jobs": 5, "slots": 2, "cache_dir": "/c"})
     assert h == spread.config_hash(spread.regime_config("zero_shot", 0), "m")
 
 
@@ -43,6 +43,8 @@ def test_config_hash_keys_what_changes_results_and_nothing_else(tmp_path):
     ({"devices": ["cpu", "cuda:0"]}, "mix cpu and cuda"),
     ({"seeds": [1, 1]}, "seeds"),
     ({"target": "fortran"}, "unknown target"),
+    ({"slots": 0}, "slots"),
+    ({"slots": 2, "executor": "ray"}, "local pool"),
 ])
 def test_bad_study_input_is_one_line(tmp_path, overrides, needle):
     with pytest.raises(StudySpecError) as e:
