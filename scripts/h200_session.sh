@@ -64,7 +64,9 @@ steps)  # issue #17, search a line at a time: `steps TARGET:REGIME...` (2026-12-
   # target (the must-show's denominator), side by side, the model on the GPU for all; C++ on the
   # host's CPU. Six at once oversubscribed the 16 cores (2026-12-03): three at most, 12 cells each.
   # 2026-12-03e: one evaluation slot a study was busy for all 23 minutes (7 cells ended, 25 verified
-  # kernels found): two slots now (--slots 2; the timed stage still holds the GPU alone)
+  # kernels found): two slots now (--slots 2; the timed stage still holds the GPU alone). Every cell
+  # begins at once (--jobs 28): a verified kernel's launch variants queue behind other cells' first
+  # candidates (EvalConfig.priority), so a cell with variants left holds its job longer
   bash "$0" copy
   cd /tmp/kwb
   export PYTHONPATH=/tmp/site:/tmp/kwb
@@ -73,7 +75,7 @@ steps)  # issue #17, search a line at a time: `steps TARGET:REGIME...` (2026-12-
     ids=$(python3 -c "import sys; from kernelwright.tasks import load_tasks; from kernelwright.scaffold import plan_tasks, write
 ts = load_tasks('builtin'); print(' '.join('-t ' + t.id for t, p in zip(ts, plan_tasks(ts)) if write(p, sys.argv[1]).available))" $t)
     setsid nohup python3 -m kernelwright.cli.main study run -m "hf:qwen2.5-coder-1.5b?batch_size=64" -r $r $ids \
-      --target $t --device $dev --max-tokens 768 --iters 50 --jobs 12 --slots 2 --compile-baseline --out /tmp/st/$t-${r%%+*} \
+      --target $t --device $dev --max-tokens 768 --iters 50 --jobs 28 --slots 2 --compile-baseline --out /tmp/st/$t-${r%%+*} \
       > /tmp/kwout/study-$t-${r%%+*}.log 2>&1 < /dev/null &
   done
   disown -a; sleep 2; echo started ;;

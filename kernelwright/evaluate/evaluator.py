@@ -86,6 +86,9 @@ class EvalConfig:
     # raises counts as not compiled, and the task runs at its own (full) size. Weaker on purpose
     # (the candidate can reach the reference's Model); the study report says which mode it used.
     compat: str = "kernelwright"
+    # Order in a pool's queues, lower first (executors/pool.py): a search's launch variants of a
+    # kernel already verified wait behind other cells' first candidates. Changes when, not what.
+    priority: int = 0
 
     def __post_init__(self) -> None:
         # The one check of the evaluator's own options: the CLI, studies and optimize all build an

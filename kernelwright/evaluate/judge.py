@@ -351,12 +351,7 @@ class Judge:
         except (Refused, self.timing.TimedCallRejected) as e:
             self._baseline_failed(e.reply.error if isinstance(e, Refused) else e.message)
             return
-        self.fields["compile_timing"], self.fields["compile_runtime_ms"] = comp.model_dump(), comp.median_ms
-        self.fields["faster_than_compile"] = bool(cand.median_ms < comp.median_ms
-                                                  and self.timing.faster_beyond_noise(cand, comp))
-        # each side net of the null calls of its own loop (the compile loop times them like the pair's)
-        self.fields["net_speedup_vs_compile"] = self.timing.net_ratio(comp.median_ms, cand.median_ms,
-                                                                      cand.protocol_ms, comp.protocol_ms)
+        self.fields.update(self.timing.against_compile(cand, comp))
 
     def _recheck(self) -> None:
         inputs = self._inputs(self.job.seed + 999_983)

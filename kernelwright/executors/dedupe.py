@@ -15,8 +15,8 @@ from concurrent.futures import Future
 
 from kernelwright.records import EvalResult, Task
 
-# Settings that change where files go, not what a candidate's evaluation computes.
-_NOT_KEYED = ("keep_workdir",)
+# Settings that change where files go or when the evaluation runs, not what it computes.
+_NOT_KEYED = ("keep_workdir", "priority")
 
 
 def result_key(task: Task, code_hash: str, cfg: object) -> str:

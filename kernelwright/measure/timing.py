@@ -171,6 +171,15 @@ def net_ratio(base_ms: Optional[float], cand_ms: Optional[float], protocol_ms: O
     return base / cand if base >= least and cand >= least else None
 
 
+def against_compile(cand: TimingStats, comp: TimingStats) -> dict:
+    """The EvalResult fields of a candidate's timing against torch.compile(reference)'s, each side
+    net of the null calls of its own loop: the judge's, and a search's launch variants, which take
+    the compile baseline their cell's verified kernel measured rather than compiling it again."""
+    return {"compile_timing": comp.model_dump(), "compile_runtime_ms": comp.median_ms,
+            "faster_than_compile": bool(cand.median_ms < comp.median_ms and faster_beyond_noise(cand, comp)),
+            "net_speedup_vs_compile": net_ratio(comp.median_ms, cand.median_ms, cand.protocol_ms, comp.protocol_ms)}
+
+
 @dataclass(frozen=True)
 class MachineLoad:
     load: Optional[float]  # 1-minute load average

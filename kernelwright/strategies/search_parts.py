@@ -136,6 +136,11 @@ def _tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attemp
     code = best.repaired_code or best.code
     variants = launch_variants(sc.segment, sc.target)
     budget = getattr(ctx.backend, "budget", None)  # optimize's wall-clock budget (optimize/budget.py)
+    # After other cells' first candidates in a shared pool, and without compiling the reference
+    # again: the compile baseline is the task's, measured once by the verified kernel's evaluation
+    # (it was 2-5 full evaluations a variant before, on the H200 over half a study's evaluations).
+    baseline = best.eval.compile_timing if ctx.eval_config.compile_baseline else None
+    cfg = replace(ctx.eval_config, priority=1, compile_baseline=False)
     # the answer is the verified one; the variant cost no tokens
     answer = Completion(text=best.raw_response, finish_reason=best.finish_reason, prompt_tokens=0,
                         completion_tokens=0, latency_s=0.0)
@@ -145,13 +150,28 @@ def _tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attemp
             return
         sample = first_sample + k
         ctx.progress(Evaluating(turn=turn, sample=sample, n=len(variants)))
-        result = ctx.executor.evaluate(ctx.task, program, replace(ctx.eval_config))
-        attempt = ctx._attempt(messages, answer, program, None, result, turn, sample, 0.0,
-                               {"search": {"tune": knobs, "of": best.id}})
+        result = ctx.executor.evaluate(ctx.task, program, replace(cfg))
+        note = {"tune": knobs, "of": best.id}
+        if ctx.eval_config.compile_baseline:
+            result = _with_baseline(result, baseline, best.eval)
+            note["compile_baseline_of"] = best.id
+        attempt = ctx._attempt(messages, answer, program, None, result, turn, sample, 0.0, {"search": note})
         ctx.attempts.append(attempt)
         ctx.sink(attempt)
         ctx.progress(Judged(turn=turn, sample=sample, n=len(variants), verdict=result.verdict.value,
                             speedup=result.speedup, custom=result.custom_kernel))
+
+
+def _with_baseline(result: EvalResult, baseline: Any, verified: EvalResult) -> EvalResult:
+    """A launch variant's result with its cell's compile baseline: timed against it where both were
+    timed, else the baseline's error carried over (torch.compile failed on this machine)."""
+    if baseline is not None and result.timing is not None:
+        from kernelwright.measure.timing import against_compile
+
+        return EvalResult.model_validate({**result.model_dump(), **against_compile(result.timing, baseline)})
+    if verified.compile_baseline_error:
+        return result.model_copy(update={"compile_baseline_error": verified.compile_baseline_error})
+    return result
 
 
 def follow_up(base: tuple[ChatMessage, ...], fence: str, region: str,

@@ -120,10 +120,29 @@ def test_compile_slots_never_run_more_jobs_than_cores():
         assert sum(s.max_jobs for s in compile_slots) <= max(2, available_cores())
 
 
+def test_queues_serve_the_lowest_priority_first_then_in_order_of_arrival():
+    """A search's launch variants (priority 1) wait behind first candidates queued after them; the
+    stop marker comes after everything queued."""
+    from types import SimpleNamespace
+
+    from kernelwright.executors.pool import _STOP, _Queue
+
+    q = _Queue()
+    jobs = [SimpleNamespace(name=n, cfg=EvalConfig(priority=p)) for n, p in
+            (("variant a", 1), ("first", 0), ("variant b", 1), ("second", 0))]
+    q.put(jobs[0])
+    q.put(_STOP)
+    for job in jobs[1:]:
+        q.put(job)
+    assert [q.get().name for _ in jobs] == ["first", "second", "variant a", "variant b"]
+    assert q.get() is _STOP
+
+
 def test_dedupe_key_is_task_code_and_settings(bias_relu):
     cfg = EvalConfig(device="cpu")
     key = result_key(bias_relu, "abc", cfg)
     assert key == result_key(bias_relu, "abc", replace(cfg, keep_workdir=True))
+    assert key == result_key(bias_relu, "abc", replace(cfg, priority=1))  # when, not what
     assert key != result_key(bias_relu, "abd", cfg)
     assert key != result_key(bias_relu, "abc", replace(cfg, trials=3))
     other = load_task("builtin/L1/02_bias_add")

@@ -269,13 +269,24 @@ def test_a_verified_kernel_is_timed_under_its_other_launch_settings(build_cache)
                      extra_env={"TRITON_INTERPRET": "1"})
     answer = "y = tl.sum(x, axis=0)"
 
+    from kernelwright.executors.base import Direct
+
+    class Recording(Direct):  # the real evaluator, the settings each evaluation got kept
+        def evaluate(self, task, text, cfg):
+            seen.append(cfg)
+            return super().evaluate(task, text, cfg)
+
+    seen = []
+
     def run(spec):
         logged = []
         run_regime(task, TritonAnswers([answer]), parse_regime(spec, target="triton", seed=0, scaffold=True), cfg,
-                   sink=logged.append)
+                   sink=logged.append, executor=Recording())
         return logged
 
     logged = run("search+n=1+turns=1")
+    # the variants queue behind other cells' first candidates in a shared pool
+    assert [c.priority for c in seen] == [0] + [1] * (len(seen) - 1)
     variants = launch_variants(write(plan_task(task), "triton").segment, "triton")
     assert len(variants) == 3 and len(logged) == 1 + len(variants)
     found, *tuned = logged
@@ -287,3 +298,27 @@ def test_a_verified_kernel_is_timed_under_its_other_launch_settings(build_cache)
         assert a.code.replace(f"KW_LAUNCH = {knobs!r}", "") == found.code.replace("KW_LAUNCH = {'warps': 0}", "")
     assert len({a.id for a in logged}) == len(logged)
     assert len(run("search+no_tune+n=1+turns=1")) == 1
+
+
+def test_a_launch_variant_is_timed_against_its_cells_compile_baseline():
+    """The variants take the compile baseline their verified kernel measured (the task's, not
+    compiled again): the same fields the judge writes, from the variant's own timing."""
+    from kernelwright.records import EvalResult, TimingStats
+    from kernelwright.strategies.search_parts import _with_baseline
+
+    def stats(median, p25, p75, protocol=0.01):
+        return TimingStats(median_ms=median, p25_ms=p25, p75_ms=p75, mean_ms=median, calls=50, protocol="t",
+                           protocol_ms=protocol)
+
+    comp = stats(0.50, 0.48, 0.52)
+    verified = EvalResult(verdict=Verdict.CORRECT, compile_timing=comp, compile_runtime_ms=0.5)
+    fast = EvalResult(verdict=Verdict.CORRECT, timing=stats(0.30, 0.29, 0.31))
+    got = _with_baseline(fast, comp, verified)
+    assert got.compile_runtime_ms == 0.5 and got.compile_timing == comp and got.faster_than_compile
+    assert got.net_speedup_vs_compile == pytest.approx((0.50 - 0.01) / (0.30 - 0.01))
+    slow = _with_baseline(EvalResult(verdict=Verdict.CORRECT, timing=stats(0.51, 0.40, 0.60)), comp, verified)
+    assert slow.faster_than_compile is False  # within the noise
+    failed = EvalResult(verdict=Verdict.CORRECT, compile_baseline_error="inductor: no compiler")
+    assert _with_baseline(fast, None, failed).compile_baseline_error == "inductor: no compiler"
+    wrong = EvalResult(verdict=Verdict.WRONG_OUTPUT)
+    assert _with_baseline(wrong, comp, verified).compile_runtime_ms is None  # not timed: nothing to compare
