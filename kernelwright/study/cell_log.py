@@ -85,8 +85,8 @@ class OneCell:
         self.run = uuid.uuid4().hex[:12]
 
     def sink(self, a: Attempt) -> None:
-        append_record(self.log.folder / ATTEMPTS, StudyAttempt(
-            **a.model_dump(), run=self.run, cell_key=self.key, seed=self.config.seed, config_hash=self.config_hash,
+        append_record(self.log.folder / ATTEMPTS, StudyAttempt.logged(
+            a, run=self.run, cell_key=self.key, seed=self.config.seed, config_hash=self.config_hash,
             level=self.log.task.level))  # fmt: skip
 
     def finish(self, cell: Cell) -> StudyCell:

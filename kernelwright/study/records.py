@@ -32,6 +32,16 @@ class StudyAttempt(Attempt):
     config_hash: str
     level: int | None = None
     source: str | None = None  # for imported attempts: the file (and sample) it came from
+    # when the study logged it (UTC, ISO 8601): a study cut short (a machine taken away) still says
+    # how long it ran and when each verified kernel came; None in logs written before it existed
+    recorded_at: str | None = None
+
+    @classmethod
+    def logged(cls, a: Attempt, **study: Any) -> StudyAttempt:
+        """`a` as the study logs it now, with the study's fields."""
+        from kernelwright.study.manifest import now_iso
+
+        return cls(**a.model_dump(), **study, recorded_at=now_iso())
 
 
 class StudyCell(Cell):

@@ -221,9 +221,8 @@ def run_jobs(jobs: Sequence[CellJob], folder: Path, slots: DeviceSlots, concurre
         on_event(CellStarted(key=job.key, regime=job.regime, task=job.task_id))
 
         def sink(a: Attempt) -> None:
-            append_record(folder / ATTEMPTS, StudyAttempt(
-                **a.model_dump(), run=run, cell_key=job.key, seed=job.seed, config_hash=job.config_hash,
-                level=job.level))  # fmt: skip
+            append_record(folder / ATTEMPTS, StudyAttempt.logged(
+                a, run=run, cell_key=job.key, seed=job.seed, config_hash=job.config_hash, level=job.level))
             attempts.append(a)
             with count_lock:
                 summary.attempts += 1

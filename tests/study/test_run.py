@@ -69,6 +69,11 @@ def test_one_command_runs_the_matrix(finished):
     assert '"torch"' in manifest and '"configs"' in manifest and '"started"' in manifest
     [run] = read_study(finished).manifests[0].runs  # how the invocation ended, and when
     assert run.ended == "completed" and run.finished >= run.started and run.done == 6 and run.failed == 0
+    # each attempt says when it was logged: a study cut short still says how long it ran
+    from datetime import datetime
+    stamps = [datetime.fromisoformat(a.recorded_at) for a in data.all_attempts()]
+    assert len(stamps) == 6 and all(datetime.fromisoformat(run.started) <= t <= datetime.fromisoformat(run.finished)
+                                    for t in stamps)
     assert read_study(finished).manifests[0].study["executor"] == "local"  # the pool, unless told otherwise
     # the task facts the guided prompts used are kept with the study, for the report's roofline
     assert sorted(p.name for p in (finished / "facts").iterdir()) == sorted(
