@@ -55,7 +55,7 @@ def run_cmd(
     iters: Annotated[int | None, typer.Option(help="Timed calls per module.")] = None,
     warmup: Annotated[int | None, typer.Option(help="Warm-up calls per module.")] = None,
     timing: Annotated[bool | None, typer.Option("--timing/--no-timing", help="Time correct candidates (default on).")] = None,
-    compile_baseline: Annotated[bool | None, typer.Option("--compile-baseline/--no-compile-baseline", help="Also time torch.compile(reference) for Table I's fast_1 vs torch.compile (default off).")] = None,
+    compile_baseline: Annotated[bool | None, typer.Option("--compile-baseline/--no-compile-baseline", help="Also time torch.compile(reference) for Table I's fast_1 vs torch.compile (default: on in a study with a search regime, else off).")] = None,
     size: Annotated[str | None, typer.Option(help="Task size: small, full or auto.")] = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Redo cells recorded as failed.")] = False,
     executor: Annotated[str | None, typer.Option(help="Where evaluations run: local (this machine's pool, the default), direct (a sandboxed child per candidate) or ray (RAY_ADDRESS; docs/scaling.md).")] = None,

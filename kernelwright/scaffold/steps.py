@@ -529,11 +529,93 @@ def _strided(region: str, op: str) -> Optional[str]:
     return text[: loop.start()] + "for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)" + text[loop.end():]
 
 
+# A reduction statement of a row loop's body, `acc` the value it accumulates: each form's combiner.
+_REDUCTIONS = (
+    ("sum", r"{a}\s*\+=\s*(?P<e>[^;]+);"),
+    ("sum", r"{a}\s*=\s*{a}\s*\+\s*(?P<e>[^;]+);"),
+    ("max", r"{a}\s*=\s*(?:std::)?(?:fmaxf?|max)\s*\(\s*{a}\s*,\s*(?P<e>[^;]+)\)\s*;"),
+    ("max", r"{a}\s*=\s*(?:std::)?(?:fmaxf?|max)\s*\(\s*(?P<e>[^;]+?)\s*,\s*{a}\s*\)\s*;"),
+)
+_DECLARED = re.compile(r"\b(?:const\s+)?(?:double|float|auto|int|int64_t|long)\s+(\w+)\s*=")
+_ASSIGNED = re.compile(r"(?<![\w\].])(\w+)\s*(?:\+=|-=|\*=|/=|=(?!=))")
+
+
+def _loop_body(rest: str) -> tuple[str, str]:
+    """(the body of the loop whose header ends just before `rest`, what follows it)."""
+    rest = rest.lstrip()
+    if not rest.startswith("{"):
+        body, _, tail = rest.partition(";")
+        return body + ";", tail
+    depth = 0
+    for end, ch in enumerate(rest):
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if depth == 0:
+            return rest[: end + 1], rest[end + 1:]
+    return rest, ""
+
+
+def _reductions(body: str, before: str) -> Optional[list[tuple[str, str]]]:
+    """The scalars a row loop's body accumulates and their combiners, where every value from outside
+    the loop it assigns is one reduction (a sum from its identity, or a max from any start: a max of
+    maxima is the max), each named nowhere else in the body; None where the loop cannot be shared."""
+    local = set(_DECLARED.findall(body)) | {"j"}
+    found = []
+    for acc in dict.fromkeys(n for n in _ASSIGNED.findall(body) if n not in local):
+        a = re.escape(acc)
+        for op, form in _REDUCTIONS:
+            m = re.search(r"(?<![\w.])" + form.format(a=a), body)
+            if m is not None and not re.search(rf"\b{a}\b", m.group("e")):
+                break
+        else:
+            return None
+        if len(re.findall(rf"\b{a}\b", body)) != len(re.findall(rf"\b{a}\b", m.group(0))):
+            return None  # read elsewhere in the loop: its running value matters (a prefix sum)
+        if op == "sum":
+            starts = re.findall(rf"(?<![\w.]){a}\s*(\+=|-=|\*=|/=|=(?!=))\s*([^;]+);", before)
+            # the scalar `y` of a task with one value a row starts at 0.0 (its composition)
+            if starts and not (starts[-1][0] == "=" and re.fullmatch(_COMBINERS["sum"].identity, starts[-1][1].strip())):
+                return None
+            if not starts and acc != "y":
+                return None
+        found.append((acc, op))
+    return found
+
+
+def _shared_loops(region: str) -> Optional[str]:
+    """A row task's answer of one or more loops over the row, each loop strided over the block's
+    threads, where every thread can run the same answer: each loop's outside values are reductions
+    (`_reductions`), combined after the loop (block_sum, block_max) so every thread holds the row's
+    value; the output row is only touched as `y[j]` inside the loops (a thread's j are the same in
+    every loop, so what it reads back it wrote itself); no other loop or jump. The softmax, norms
+    and variances the model writes as several loops on one thread ran 0.09-0.20x eager on the H200
+    (2026-12-03f). None otherwise; a candidate only, pre-checked as `_strided`'s is."""
+    text = "\n".join(re.sub(r"//.*", "", ln) for ln in region.strip().splitlines() if not ln.strip().startswith("#"))
+    out, at = [], 0
+    for loop in _ROW_LOOP.finditer(text):
+        if loop.start() < at:
+            return None  # a row loop inside another's body
+        between = text[at: loop.start()]
+        body, tail = _loop_body(text[loop.end():])
+        found = _reductions(body, text[: loop.start()])
+        if found is None or _SERIAL.search(between) or _SERIAL.search(body) or re.search(r"\by\s*\[", between):
+            return None
+        if len(re.findall(r"\by\s*\[", body)) != len(re.findall(r"\by\s*\[\s*j\s*\]", body)):
+            return None
+        out += [between, "for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) ", body]
+        out += [f"\n{acc} = {_COMBINERS[op].helper}(static_cast<float>({acc}));" for acc, op in found]
+        at = len(text) - len(tail)
+    rest = text[at:]
+    if not out or _SERIAL.search(rest) or re.search(r"\by\s*\[", rest):
+        return None
+    return "".join(out) + rest
+
+
 def _cuda_row_task(st: Step, region: str, by_local: dict[str, Step], strided: bool = True) -> list[str]:
     """A CUDA row task, written as the C++ row kernel's loop over the row (line_target). A reduction
-    whose answer allows it (`_strided`) runs on every thread of the block, each over its share of
-    the row, and the threads' values are combined (block_sum, block_max): a row on one thread ran
-    0.08-0.47x eager on the H200 (2026-12-03e). Otherwise it runs on thread 0 of the block, and its
+    whose answer allows it (`_strided`), or an answer of several loops that every thread can run
+    (`_shared_loops`), runs on every thread of the block, each over its share of the row, and the
+    threads' values are combined (block_sum, block_max): a row on one thread ran 0.08-0.47x eager on
+    the H200 (2026-12-03e). Otherwise it runs on thread 0 of the block, and its
     value reaches the other threads through shared memory (one value a row) or the output row (a
     whole row), after the block's barrier."""
     head = [f"auto kw_in_{i} = {('kw_' + o) if o in by_local else o};" for i, o in st.inputs]
@@ -544,6 +626,15 @@ def _cuda_row_task(st: Step, region: str, by_local: dict[str, Step], strided: bo
         c = _COMBINERS[ops[0]]
         scope = [*head, f"double y = {c.start};", _wide(spread), f"{st.local} = {c.helper}(static_cast<float>(y));"]
         return [f"float {st.local};", "{", *_indent("\n".join(scope), "    "), "}"]
+    spread = _shared_loops(region) if strided else None
+    if spread is not None and st.per_row:  # every thread ends with the row's value
+        scope = [*head, "double y = 0.0;", _wide(spread), f"{st.local} = static_cast<float>(y);"]
+        return [f"float {st.local};", "{", *_indent("\n".join(scope), "    "), "}"]
+    if spread is not None:  # every thread writes its share of the row
+        scope = [*head, "auto* const y = kw_out;", _wide(spread)]
+        return ["{", *_indent("\n".join(scope), "    "), "}",
+                "__syncthreads();  // the row is written before any thread reads it back",
+                f"auto kw_{st.local} = [&](int64_t j) -> float {{ return kw_out[j]; }};"]
     head = [f"        {h}" for h in head]
     body = _indent(_wide(region), "        ")
     if st.per_row:

@@ -226,7 +226,7 @@ def _build(ctx: RunContext, steps: list[Any], solved: dict[int, list[tuple[Sampl
 
 def _checked(ctx: RunContext, steps: list[Any], answers: list[list[str]], segment: Any) -> tuple[list[str], list[Any]]:
     """Each pick's composed region and its whole pre-check. A CUDA row task spread over the block's
-    threads (steps._strided) whose region fails is composed again on one thread and checked again:
+    threads (steps._strided, steps._shared_loops) whose region fails is composed again on one thread and checked again:
     its lines passed, and that composition is the plain one."""
     from kernelwright.scaffold import precheck_many
     from kernelwright.scaffold.steps import compose

@@ -125,6 +125,21 @@ class StudySpec(BaseModel):
     # 2026-12-03e: one slot busy for all 23 minutes of a CUDA search study).
     slots: int = 1
 
+    @model_validator(mode="before")
+    @classmethod
+    def _compile_baseline_for_search(cls, data: Any) -> Any:
+        """A `search` study times torch.compile(reference) unless told not to (`compile_baseline =
+        false`, `--no-compile-baseline`): what its kernels are for is to beat what a user already has.
+        (A single-shot regime's study keeps the evaluator's default: off.)"""
+        if not isinstance(data, dict) or not any(str(r).split("+")[0] == "search" for r in data.get("regimes") or []):
+            return data
+        ev = data.get("eval")
+        if ev is None:
+            return {**data, "eval": {"compile_baseline": True}}
+        if isinstance(ev, dict) and ev.get("compile_baseline") is None:
+            return {**data, "eval": {**ev, "compile_baseline": True}}
+        return data
+
     @field_validator("regimes")
     @classmethod
     def _regimes(cls, v: list[str]) -> list[str]:

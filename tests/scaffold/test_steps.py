@@ -9,6 +9,7 @@ Triton runs on the NumPy `tl` (fast).
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -131,13 +132,16 @@ def test_cuda_row_tasks_are_cpp_loops_spread_over_the_block_or_run_by_one_thread
     assert worth_it([one], "cuda") and not worth_it([one], "cpp") and not worth_it([one], "triton")
     rms = split(plans[RMS], parts=False)
     assert [line_target(st, "cuda") for st in rms] == ["cuda", "cpp", "cuda", "cuda", "cuda", "cuda"]
-    # a mean (its lines not split): no combiner of its own, on thread 0
-    composed = compose(rms, [region(write(st.plan, line_target(st, "cuda"))) for st in rms], plans[RMS].segment,
-                       "cuda")
-    assert "__shared__ float kw_sh_v2;" in composed and "if (threadIdx.x == 0) {" in composed
-    assert composed.count("__syncthreads();") == 1
+    # a mean (its lines not split): no combiner of its own, but its answer's loop is a sum into a
+    # value of its own, combined after it (_shared_loops); on thread 0 where strided is off
+    answers = [region(write(st.plan, line_target(st, "cuda"))) for st in rms]
+    composed = compose(rms, answers, plans[RMS].segment, "cuda")
+    assert "t0 = block_sum(" in composed and "if (threadIdx.x == 0) {" not in composed
+    alone = compose(rms, answers, plans[RMS].segment, "cuda", strided=False)
+    assert "__shared__ float kw_sh_v2;" in alone and "if (threadIdx.x == 0) {" in alone
+    assert alone.count("__syncthreads();") == 1
     # the row task's loop accumulates in double (a float sum over a long row drifts past atol)
-    assert "double y = 0.0;" in composed
+    assert "double y = 0.0;" in composed and "double y = 0.0;" in alone
     # split, the mean is a sum and a division: the sum's loop is spread over the block
     parts = split(plans[RMS])
     answers = [region(write(st.plan, line_target(st, "cuda"))) for st in parts]
@@ -146,7 +150,7 @@ def test_cuda_row_tasks_are_cpp_loops_spread_over_the_block_or_run_by_one_thread
     assert "v2 = block_sum(static_cast<float>(y));" in spread and "if (threadIdx.x == 0)" not in spread
     serial = compose(parts, answers, plans[RMS].segment, "cuda", strided=False)
     assert "if (threadIdx.x == 0) {" in serial and "block_sum" not in serial
-    assert all(c.passed for c in precheck_many(plans[RMS], "cuda", [spread, serial, composed]))
+    assert all(c.passed for c in precheck_many(plans[RMS], "cuda", [spread, serial, composed, alone]))
 
 
 @pytest.mark.parametrize(("answer", "op", "spread"), [
@@ -171,6 +175,75 @@ def test_a_row_reduction_is_strided_only_where_its_answer_allows(answer, op, spr
 
     assert _wide("float s = 0.0f;\nfloat* p = y;\ny = s / (float)cols;") == \
         "double s = 0.0f;\nfloat* p = y;\ny = s / (double)cols;"
+
+
+SOFTMAX_ROW = """double m = -INFINITY;
+for (int64_t j = 0; j < cols; ++j) m = fmax(m, x(j));
+double s = 0.0;
+for (int64_t j = 0; j < cols; ++j) { y[j] = exp(x(j) - m); s += y[j]; }
+for (int64_t j = 0; j < cols; ++j) y[j] /= s;"""
+NORM_ROW = """double mean = 0.0f;
+double var = 0.0f;
+for (int64_t j = 0; j < cols; ++j) {
+    mean += x(j);
+}
+mean /= cols;
+for (int64_t j = 0; j < cols; ++j) {
+    var += (x(j) - mean) * (x(j) - mean);  // the squared deviation
+}
+var /= cols;
+for (int64_t j = 0; j < cols; ++j) {
+    y[j] = (x(j) - mean) / std::sqrt(var + 1e-05) * weight(j) + bias(j);
+}"""
+
+
+@pytest.mark.parametrize(("answer", "combined"), [
+    (SOFTMAX_ROW, ["m = block_max", "s = block_sum"]),
+    (NORM_ROW, ["mean = block_sum", "var = block_sum"]),
+    # one value a row: the scalar y accumulates from its composition's 0.0
+    ("double mean = 0;\nfor (int j = 0; j < cols; j++) mean += x(j);\nmean /= cols;\n"
+     "for (int j = 0; j < cols; j++) { double d = x(j) - mean; y += d * d; }\ny /= cols;",
+     ["mean = block_sum", "y = block_sum"]),
+    ("for (int64_t j = 0; j < cols; ++j) y[j] = x(j) * 2.0f;", []),
+    # a prefix sum (the running value read in the loop), the row read at another column, a sum
+    # from a start that is not its identity, a second sum onto a combined one, a nested loop, a
+    # write to the row outside the loops, a value assigned in the loop that is no reduction
+    ("double t = 0.0;\nfor (int64_t j = 0; j < cols; ++j) { t += x(j); y[j] = t; }", None),
+    ("y[0] = x(0);\nfor (int64_t j = 1; j < cols; ++j) y[j] = y[j - 1] + x(j);", None),
+    ("for (int64_t j = 0; j < cols; ++j) y[j] = x(j);\nfor (int64_t j = 0; j < cols; ++j) y[j] += y[cols - 1 - j];", None),
+    ("double s = 1.0;\nfor (int64_t j = 0; j < cols; ++j) s += x(j);\nfor (int64_t j = 0; j < cols; ++j) y[j] = s;", None),
+    ("double s = 0.0;\nfor (int64_t j = 0; j < cols; ++j) s += x(j);\nfor (int64_t j = 0; j < cols; ++j) s += x(j);\n"
+     "for (int64_t j = 0; j < cols; ++j) y[j] = s;", None),
+    ("for (int64_t j = 0; j < cols; ++j) { for (int64_t k = 0; k < 4; ++k) y[j] = x(j); }", None),
+    ("double last = 0.0;\nfor (int64_t j = 0; j < cols; ++j) { last = x(j); y[j] = last; }", None),
+])
+def test_a_row_tasks_loops_are_spread_over_the_block_where_every_thread_can_run_them(answer, combined) -> None:
+    """A row task the model wrote as several loops (a softmax, a norm): each loop strided over the
+    block's threads and each of its reductions combined after it, where that computes what one thread
+    would; else None (the task stays on thread 0)."""
+    from kernelwright.scaffold.steps import _shared_loops
+
+    out = _shared_loops(answer)
+    assert (out is None) == (combined is None)
+    if out is not None:
+        loops = answer.count("for (")
+        assert out.count("j = threadIdx.x; j < cols; j += blockDim.x)") == loops
+        assert [ln.split("(")[0].strip() for ln in out.splitlines() if "= block_" in ln] == combined
+
+
+@pytest.mark.parametrize(("task", "answer"), [(SOFTMAX, SOFTMAX_ROW), (LAYER_NORM, NORM_ROW)])
+def test_a_row_task_of_several_loops_is_spread_and_checked_with_a_blocks_threads(plans, task, answer) -> None:
+    """The model's whole-row answers (a softmax, a LayerNorm as mean, variance and write loops) spread
+    over the block pass the pre-check, whose host shim runs a block's threads: without the combine
+    after the sum, every thread divides by its own share, and the pre-check finds it."""
+    steps = split(plans[task], parts=False)
+    assert [s.row_task for s in steps] == [True]
+    spread = compose(steps, [answer], plans[task].segment, "cuda")
+    unsummed = "\n".join(ln for ln in spread.splitlines() if not re.search(r"\b(s|var) = block_sum", ln))
+    assert "if (threadIdx.x == 0)" not in spread and unsummed != spread
+    got = precheck_many(plans[task], "cuda", [spread, unsummed])
+    assert got[0].passed, got[0]
+    assert got[1].status.value == "counterexample"
 
 
 def test_a_row_is_split_into_elementwise_lines_and_row_tasks(plans) -> None:
@@ -267,9 +340,10 @@ for (int64_t j = 0; j < cols; ++j) y[j] = std::exp(x(j) - m) / s;"""
 @pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_a_composed_cuda_row_region_compiles(plans, tmp_path) -> None:
-    """The CUDA composition of a row (a softmax written as a C++ loop, run by thread 0 into the
-    output row, __syncthreads, a lambda reading it back, the block-strided store) pre-checks right
-    and is built by nvcc as on a GPU machine (compile only)."""
+    """The CUDA composition of a row (a softmax written as C++ loops, spread over the block with its
+    max and sum combined, or run by thread 0 into the output row; __syncthreads, a lambda reading it
+    back, the block-strided store) pre-checks right and is built by nvcc as on a GPU machine
+    (compile only)."""
     from kernelwright.evaluate import EvalConfig, evaluate
 
     plan = plans[SOFTMAX_SCALE]
@@ -278,7 +352,9 @@ def test_a_composed_cuda_row_region_compiles(plans, tmp_path) -> None:
     answers = [CPP_SOFTMAX, region(write(steps[1].plan, "cuda"))]
     assert precheck_many(steps[0].plan, "cpp", [CPP_SOFTMAX])[0].passed
     composed = compose(steps, answers, plan.segment, "cuda")
-    assert precheck_many(plan, "cuda", [composed])[0].passed, composed
+    alone = compose(steps, answers, plan.segment, "cuda", strided=False)
+    assert "block_max(" in composed and "if (threadIdx.x == 0)" in alone
+    assert all(c.passed for c in precheck_many(plan, "cuda", [composed, alone])), composed
     # and the softmax as its definition's lines: two row tasks spread over the block (a max and a
     # sum), three elementwise lines
     parts = split(plan)
@@ -291,9 +367,8 @@ def test_a_composed_cuda_row_region_compiles(plans, tmp_path) -> None:
     bf16_region = compose(bf16, [region(write(s.plan, line_target(s, "cuda"))) for s in bf16], plans[RMS_BF16].segment,
                           "cuda")
     tasks = {t.id: t for t in load_tasks("builtin") if t.id in (SOFTMAX_SCALE, RMS_BF16)}
-    # built: the softmax by its parts (the one-line composition above differs from it only in its
-    # row task's body) and the bf16 row
-    for task_id, program in ((SOFTMAX_SCALE, by_parts), (RMS_BF16, bf16_region)):
+    # built: the softmax by its parts, as the model's loops spread over the block, and the bf16 row
+    for task_id, program in ((SOFTMAX_SCALE, by_parts), (SOFTMAX_SCALE, composed), (RMS_BF16, bf16_region)):
         result = evaluate(tasks[task_id], write(plans[task_id], "cuda").program_with(program),
                           EvalConfig(device="cuda", compile_only=True, timeout=900.0, cache_dir=str(tmp_path)))
         assert result.verdict.value == "compiled", (task_id, result.error)

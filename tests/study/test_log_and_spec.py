@@ -38,6 +38,18 @@ def test_config_hash_keys_what_changes_results_and_nothing_else(tmp_path):
     assert h == spread.config_hash(spread.regime_config("zero_shot", 0), "m")
 
 
+def test_a_search_study_times_torch_compile_unless_told_not_to(tmp_path):
+    out = str(tmp_path)
+    assert load_spec(None, {"out": out, "regimes": ["search+n=4", "zero_shot"]}).eval.compile_baseline
+    assert not load_spec(None, {"out": out, "regimes": ["zero_shot"]}).eval.compile_baseline
+    assert not load_spec(None, {"out": out, "regimes": ["search"], "eval.compile_baseline": False}).eval.compile_baseline
+    f = tmp_path / "study.toml"
+    f.write_text('regimes = ["search"]\n[eval]\ntrials = 3\n')
+    assert load_spec(f, {"out": out}).eval.compile_baseline
+    f.write_text('regimes = ["search"]\n[eval]\ncompile_baseline = false\n')
+    assert not load_spec(f, {"out": out}).eval.compile_baseline
+
+
 @pytest.mark.parametrize("overrides,needle", [
     ({"regimes": ["telepathy"]}, "unknown regime"),
     ({"devices": ["cpu", "cuda:0"]}, "mix cpu and cuda"),
