@@ -678,12 +678,32 @@ def cpp_kernel(seg: Segment) -> tuple[str, str]:
     return f"static void kw_fused_kernel(\n    {params}) {{\n{loop}}}\n", indent
 
 
+def cpp_view(seg: Segment) -> Optional[str]:
+    """The C++ elementwise kernel as the model is shown it: one loop over the elements with the names
+    the region sees, as every C++ prompt showed it before the loop ran in blocks (`_cpp_blocks`),
+    so recorded prompts and answers stay comparable. Rows: None, the kernel itself."""
+    if seg.kind != SegmentKind.ELEMENTWISE:
+        return None
+    indent = "        "
+    loads = "".join(f"{indent}const float {a.name} = static_cast<float>({a.name}_ptr[{_c_index(a, 'i')}]);\n"
+                    for a in seg.args)
+    params = ",\n    ".join(_c_params(seg) + ["int64_t n"])
+    return (f"static void kw_fused_kernel(\n    {params}) {{\n"
+            "    #pragma omp parallel for if (n > 65536)\n"
+            "    for (int64_t i = 0; i < n; ++i) {\n"
+            f"{loads}"
+            "        float y = x;\n"
+            f"{indent}{PLACEHOLDER}\n"
+            f"        out_ptr[i] = static_cast<{C_TYPES[seg.out_dtype]}>(y);\n"
+            "    }\n}\n")
+
+
 def _cpp(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
     kernel, indent = cpp_kernel(seg)
     tail = "n" if seg.kind == SegmentKind.ELEMENTWISE else "rows, cols"
     launch = f"    kw_fused_kernel({_ptr_args(seg)}, {tail});\n"
     _, host = _host(seg, "device().is_cpu()", launch)
-    kernel_prog, kernel_view = _marked(kernel, indent, "//")
+    kernel_prog, kernel_view = _marked(kernel, indent, "//", cpp_view(seg))
     src = f"#include <torch/extension.h>\n#include <cmath>\n#include <algorithm>\n{CPP_VECTOR_MATH}\n{kernel_prog}\n{host}"
     name = _ext_name(plan, "cpp")
     kernel_part = (f'KW_CPP_SOURCE = r"""\n{src}"""\n\n{CPP_FLAGS}\n'
