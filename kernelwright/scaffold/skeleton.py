@@ -321,43 +321,9 @@ def _c_index(a: KernelArg, flat: str) -> str:
     return f"(({flat}) / {a.name}_inner) % {a.name}_span"
 
 
-# Elements a block of the C++ elementwise loop: one thread's share at a time, its loop vectorised.
-CPP_BLOCK = 4096
-
-
-def _cpp_blocks(seg: Segment) -> str:
-    """The C++ elementwise loop runs in blocks within which each broadcast input is one value (its
-    index's `i / inner` the same) or a run of consecutive values (`inner` 1): its index is worked
-    out once a block, not with a division and a remainder an element, and the element loop
-    vectorises (with the vector math of `_cpp`). Blocks stay within chunks of kw_g elements, kw_g
-    dividing n and every broadcast input's run; a chunk longer than CPP_BLOCK is cut in kw_parts."""
-    lines = ["    int64_t kw_g = n;  // the greatest common divisor of n and every broadcast input's run\n"]
-    for a in seg.args:
-        if a.pattern == "broadcast":
-            lines.append(f"    for (int64_t kw_r = {a.name}_inner > 1 ? {a.name}_inner : {a.name}_span; kw_r != 0;) "
-                         "{ const int64_t kw_m = kw_g % kw_r; kw_g = kw_r; kw_r = kw_m; }\n")
-    lines.append(f"    const int64_t kw_parts = (kw_g + {CPP_BLOCK - 1}) / {CPP_BLOCK};\n")
-    return "".join(lines)
-
-
-def _cpp_block_starts(seg: Segment) -> str:
-    """Per block, where each broadcast input's values start and whether they move with the element."""
-    out = []
-    for a in seg.args:
-        if a.pattern == "broadcast":
-            n = a.name
-            out.append(f"        const int64_t kw_{n}_at = {n}_inner > 1 ? (kw_s / {n}_inner) % {n}_span : "
-                       f"kw_s % {n}_span;\n        const int64_t kw_{n}_step = {n}_inner > 1 ? 0 : 1;\n")
-    return "".join(out)
-
-
 def _c_loads(seg: Segment, indent: str) -> str:
     if seg.kind == SegmentKind.ELEMENTWISE:
-        def at(a: KernelArg) -> str:
-            if a.pattern == "broadcast":
-                return f"kw_{a.name}_at + kw_t * kw_{a.name}_step"
-            return _c_index(a, "i")
-        return "".join(f"{indent}const float {a.name} = static_cast<float>({a.name}_ptr[{at(a)}]);\n"
+        return "".join(f"{indent}const float {a.name} = static_cast<float>({a.name}_ptr[{_c_index(a, 'i')}]);\n"
                        for a in seg.args)
     return "".join(f"{indent}auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>("
                    f"{a.name}_ptr[{_c_index(a, 'row * cols + j')}]); }};\n" for a in seg.args)
@@ -647,22 +613,12 @@ def cpp_kernel(seg: Segment) -> tuple[str, str]:
     pre-check's."""
     indent = "        "
     if seg.kind == SegmentKind.ELEMENTWISE:
-        indent = "            "
-        loop = (f"{_cpp_blocks(seg)}"
-                "    #pragma omp parallel for if (n > 65536)\n"
-                "    for (int64_t kw_b = 0; kw_b < n / kw_g * kw_parts; ++kw_b) {\n"
-                f"        const int64_t kw_s = kw_b / kw_parts * kw_g + kw_b % kw_parts * {CPP_BLOCK};\n"
-                f"        const int64_t kw_len = kw_g - kw_b % kw_parts * {CPP_BLOCK} < {CPP_BLOCK} ? "
-                f"kw_g - kw_b % kw_parts * {CPP_BLOCK} : {CPP_BLOCK};\n"
-                f"{_cpp_block_starts(seg)}"
-                "        #pragma omp simd\n"
-                "        for (int64_t kw_t = 0; kw_t < kw_len; ++kw_t) {\n"
-                "            const int64_t i = kw_s + kw_t;\n"
+        loop = ("    #pragma omp parallel for if (n > 65536)\n"
+                "    for (int64_t i = 0; i < n; ++i) {\n"
                 f"{_c_loads(seg, indent)}"
-                "            float y = x;\n"
+                "        float y = x;\n"
                 f"{indent}{PLACEHOLDER}\n"
-                f"            out_ptr[i] = static_cast<{C_TYPES[seg.out_dtype]}>(y);\n"
-                "        }\n"
+                f"        out_ptr[i] = static_cast<{C_TYPES[seg.out_dtype]}>(y);\n"
                 "    }\n")
     else:
         y_decl, y_store = _row_output(seg, indent, "")
@@ -678,82 +634,18 @@ def cpp_kernel(seg: Segment) -> tuple[str, str]:
     return f"static void kw_fused_kernel(\n    {params}) {{\n{loop}}}\n", indent
 
 
-def cpp_view(seg: Segment) -> Optional[str]:
-    """The C++ elementwise kernel as the model is shown it: one loop over the elements with the names
-    the region sees, as every C++ prompt showed it before the loop ran in blocks (`_cpp_blocks`),
-    so recorded prompts and answers stay comparable. Rows: None, the kernel itself."""
-    if seg.kind != SegmentKind.ELEMENTWISE:
-        return None
-    indent = "        "
-    loads = "".join(f"{indent}const float {a.name} = static_cast<float>({a.name}_ptr[{_c_index(a, 'i')}]);\n"
-                    for a in seg.args)
-    params = ",\n    ".join(_c_params(seg) + ["int64_t n"])
-    return (f"static void kw_fused_kernel(\n    {params}) {{\n"
-            "    #pragma omp parallel for if (n > 65536)\n"
-            "    for (int64_t i = 0; i < n; ++i) {\n"
-            f"{loads}"
-            "        float y = x;\n"
-            f"{indent}{PLACEHOLDER}\n"
-            f"        out_ptr[i] = static_cast<{C_TYPES[seg.out_dtype]}>(y);\n"
-            "    }\n}\n")
-
-
 def _cpp(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
     kernel, indent = cpp_kernel(seg)
     tail = "n" if seg.kind == SegmentKind.ELEMENTWISE else "rows, cols"
     launch = f"    kw_fused_kernel({_ptr_args(seg)}, {tail});\n"
     _, host = _host(seg, "device().is_cpu()", launch)
-    kernel_prog, kernel_view = _marked(kernel, indent, "//", cpp_view(seg))
-    src = f"#include <torch/extension.h>\n#include <cmath>\n#include <algorithm>\n{CPP_VECTOR_MATH}\n{kernel_prog}\n{host}"
+    kernel_prog, kernel_view = _marked(kernel, indent, "//")
+    src = f"#include <torch/extension.h>\n#include <cmath>\n#include <algorithm>\n\n{kernel_prog}\n{host}"
     name = _ext_name(plan, "cpp")
-    kernel_part = (f'KW_CPP_SOURCE = r"""\n{src}"""\n\n{CPP_FLAGS}\n'
+    kernel_part = (f'KW_CPP_SOURCE = r"""\n{src}"""\n\n'
                    f'kw_ext = load_inline(name="{name}", cpp_sources=KW_CPP_SOURCE, functions=["kw_fused_impl"],\n'
-                   '                     extra_cflags=KW_CFLAGS, extra_ldflags=KW_LDFLAGS, verbose=False)\n')
+                   '                     extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"], verbose=False)\n')
     return _load_inline_scaffold(plan, seg, "cpp", kernel_part, kernel_view, indent)
-
-
-# The math functions that glibc's vector library (libmvec, x86-64, glibc 2.35 or later) has in
-# SSE, AVX, AVX2 and AVX-512 versions for float and double: declared so, GCC calls them from a
-# vectorised loop. <math.h> declares them so only under -ffast-math, which would also drop NaN and
-# infinity semantics the references keep. A scalar erf in the C++ elementwise loop made a fused
-# bias + GELU 0.9x eager on the 2-core CPU (torch's own is vectorised); 2.5x faster with SSE, 5x
-# with AVX2 (a microbenchmark of that loop, 2026-12-03).
-_LIBMVEC = ("sin", "cos", "exp", "log", "pow", "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "cbrt",
-            "cosh", "erf", "erfc", "exp10", "exp2", "expm1", "hypot", "log10", "log1p", "log2", "sinh", "tan", "tanh")
-_TWO_ARGS = ("pow", "atan2", "hypot")
-
-
-def _vector_math() -> str:
-    decls = []
-    for f in _LIBMVEC:
-        for t, suffix in (("double", ""), ("float", "f")):
-            args = f"{t}, {t}" if f in _TWO_ARGS else t
-            decls.append(f"KW_SIMD {t} {f}{suffix}({args}) noexcept;")
-    rows = [" ".join(decls[k:k + 4]) for k in range(0, len(decls), 4)]
-    return ("#ifdef KW_VECTOR_MATH  // set by KW_CFLAGS where glibc's libmvec has these (see the program)\n"
-            "#define KW_SIMD __attribute__((__simd__(\"notinbranch\")))\nextern \"C\" {\n" + "\n".join(rows)
-            + "\n}\n#endif\n")
-
-
-CPP_VECTOR_MATH = _vector_math()
-# Decided where the program is imported, so the file runs on any machine: the vector math where
-# glibc has it, AVX2 and FMA where torch finds this CPU has them.
-CPP_FLAGS = '''
-def _kw_flags():
-    import platform
-
-    cflags, ldflags = ["-O3", "-fopenmp"], ["-fopenmp"]
-    libc, version = platform.libc_ver()
-    if platform.machine() == "x86_64" and libc == "glibc" and tuple(int(v) for v in version.split(".")[:2]) >= (2, 35):
-        cflags += ["-fno-math-errno", "-DKW_VECTOR_MATH"]
-        ldflags += ["-lmvec"]
-        if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
-            cflags += ["-mavx2", "-mfma"]
-    return cflags, ldflags
-
-
-KW_CFLAGS, KW_LDFLAGS = _kw_flags()
-'''
 
 
 def _load_inline_scaffold(plan: ScaffoldPlan, seg: Segment, target: str, kernel_part: str, kernel_view: str,
