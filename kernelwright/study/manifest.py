@@ -8,7 +8,6 @@ another software stack shows it rather than hiding it.
 
 from __future__ import annotations
 
-import datetime as _dt
 import importlib.metadata
 import os
 import platform
@@ -20,11 +19,7 @@ from typing import Any
 
 from kernelwright import __version__
 from kernelwright.study.log import MANIFEST, read_manifest, write_json_atomic
-from kernelwright.study.records import Manifest, RunInfo
-
-
-def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+from kernelwright.study.records import Manifest, RunInfo, now_iso
 
 
 def _run(cmd: list[str], cwd: Path | None = None) -> str | None:

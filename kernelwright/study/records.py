@@ -14,11 +14,18 @@ readers drop those (log.read_study), so a redone cell never shows its attempts t
 
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from kernelwright.records import Attempt, Cell
+
+
+def now_iso() -> str:
+    """Now, UTC, to the second: the manifest's run times and each attempt's `recorded_at`."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
 
 # why a cell has no regular outcome: its task did not load, the import named a problem no task
 # matches, or the regime's run raised (a worker died, a GPU stopped answering, the backend failed)
@@ -39,8 +46,6 @@ class StudyAttempt(Attempt):
     @classmethod
     def logged(cls, a: Attempt, **study: Any) -> StudyAttempt:
         """`a` as the study logs it now, with the study's fields."""
-        from kernelwright.study.manifest import now_iso
-
         return cls(**a.model_dump(), **study, recorded_at=now_iso())
 
 
