@@ -490,6 +490,20 @@ _COMBINERS["max"] = _COMBINERS["amax"]
 _SERIAL = re.compile(r"\b(?:for|while|do|break|continue|return|goto)\b")
 
 
+def _loop_body(rest: str) -> tuple[str, str]:
+    """(the body of the loop whose header ends just before `rest`, what follows it)."""
+    rest = rest.lstrip()
+    if not rest.startswith("{"):
+        body, _, tail = rest.partition(";")
+        return body + ";", tail
+    depth = 0
+    for end, ch in enumerate(rest):
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if depth == 0:
+            return rest[: end + 1], rest[end + 1:]
+    return rest, ""
+
+
 def _strided(region: str, op: str) -> Optional[str]:
     """A row task's answer with its loop over the row strided over the block's threads, where the
     answer is a reduction the threads can share: before the loop only start values that are the
@@ -511,17 +525,8 @@ def _strided(region: str, op: str) -> Optional[str]:
         if m is None:
             return None
         starts.add(m.group(1))
-    rest = text[loop.end():].lstrip()
-    if rest.startswith("{"):
-        depth = 0
-        for end, ch in enumerate(rest):
-            depth += {"{": 1, "}": -1}.get(ch, 0)
-            if depth == 0:
-                break
-        body, tail = rest[: end + 1], rest[end + 1:].strip()
-    else:
-        body, _, tail = rest.partition(";")
-        tail = tail.strip()
+    body, tail = _loop_body(text[loop.end():])
+    tail = tail.strip()
     if body.count("{") != body.count("}") or _SERIAL.search(body):
         return None
     if tail and not any(re.fullmatch(rf"y\s*=\s*{re.escape(n)}\s*;", tail) for n in starts):
@@ -538,20 +543,6 @@ _REDUCTIONS = (
 )
 _DECLARED = re.compile(r"\b(?:const\s+)?(?:double|float|auto|int|int64_t|long)\s+(\w+)\s*=")
 _ASSIGNED = re.compile(r"(?<![\w\].])(\w+)\s*(?:\+=|-=|\*=|/=|=(?!=))")
-
-
-def _loop_body(rest: str) -> tuple[str, str]:
-    """(the body of the loop whose header ends just before `rest`, what follows it)."""
-    rest = rest.lstrip()
-    if not rest.startswith("{"):
-        body, _, tail = rest.partition(";")
-        return body + ";", tail
-    depth = 0
-    for end, ch in enumerate(rest):
-        depth += {"{": 1, "}": -1}.get(ch, 0)
-        if depth == 0:
-            return rest[: end + 1], rest[end + 1:]
-    return rest, ""
 
 
 def _reductions(body: str, before: str) -> Optional[list[tuple[str, str]]]:

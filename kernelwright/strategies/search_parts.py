@@ -139,7 +139,6 @@ def _tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attemp
     # After other cells' first candidates in a shared pool, and without compiling the reference
     # again: the compile baseline is the task's, measured once by the verified kernel's evaluation
     # (it was 2-5 full evaluations a variant before, on the H200 over half a study's evaluations).
-    baseline = best.eval.compile_timing if ctx.eval_config.compile_baseline else None
     cfg = replace(ctx.eval_config, priority=1, compile_baseline=False)
     # the answer is the verified one; the variant cost no tokens
     answer = Completion(text=best.raw_response, finish_reason=best.finish_reason, prompt_tokens=0,
@@ -153,7 +152,7 @@ def _tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attemp
         result = ctx.executor.evaluate(ctx.task, program, replace(cfg))
         note = {"tune": knobs, "of": best.id}
         if ctx.eval_config.compile_baseline:
-            result = _with_baseline(result, baseline, best.eval)
+            result = _with_baseline(result, best.eval)
             note["compile_baseline_of"] = best.id
         attempt = ctx._attempt(messages, answer, program, None, result, turn, sample, 0.0, {"search": note})
         ctx.attempts.append(attempt)
@@ -162,13 +161,15 @@ def _tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attemp
                             speedup=result.speedup, custom=result.custom_kernel))
 
 
-def _with_baseline(result: EvalResult, baseline: Any, verified: EvalResult) -> EvalResult:
-    """A launch variant's result with its cell's compile baseline: timed against it where both were
-    timed, else the baseline's error carried over (torch.compile failed on this machine)."""
-    if baseline is not None and result.timing is not None:
+def _with_baseline(result: EvalResult, verified: EvalResult) -> EvalResult:
+    """A launch variant's result with the compile baseline its verified kernel's evaluation measured:
+    timed against it where both were timed, else the baseline's error carried over (torch.compile
+    failed on this machine)."""
+    if verified.compile_timing is not None and result.timing is not None:
         from kernelwright.measure.timing import against_compile
 
-        return EvalResult.model_validate({**result.model_dump(), **against_compile(result.timing, baseline)})
+        return EvalResult.model_validate({**result.model_dump(),
+                                          **against_compile(result.timing, verified.compile_timing)})
     if verified.compile_baseline_error:
         return result.model_copy(update={"compile_baseline_error": verified.compile_baseline_error})
     return result

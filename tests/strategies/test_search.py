@@ -313,12 +313,12 @@ def test_a_launch_variant_is_timed_against_its_cells_compile_baseline():
     comp = stats(0.50, 0.48, 0.52)
     verified = EvalResult(verdict=Verdict.CORRECT, compile_timing=comp, compile_runtime_ms=0.5)
     fast = EvalResult(verdict=Verdict.CORRECT, timing=stats(0.30, 0.29, 0.31))
-    got = _with_baseline(fast, comp, verified)
+    got = _with_baseline(fast, verified)
     assert got.compile_runtime_ms == 0.5 and got.compile_timing == comp and got.faster_than_compile
     assert got.net_speedup_vs_compile == pytest.approx((0.50 - 0.01) / (0.30 - 0.01))
-    slow = _with_baseline(EvalResult(verdict=Verdict.CORRECT, timing=stats(0.51, 0.40, 0.60)), comp, verified)
+    slow = _with_baseline(EvalResult(verdict=Verdict.CORRECT, timing=stats(0.51, 0.40, 0.60)), verified)
     assert slow.faster_than_compile is False  # within the noise
     failed = EvalResult(verdict=Verdict.CORRECT, compile_baseline_error="inductor: no compiler")
-    assert _with_baseline(fast, None, failed).compile_baseline_error == "inductor: no compiler"
+    assert _with_baseline(fast, failed).compile_baseline_error == "inductor: no compiler"
     wrong = EvalResult(verdict=Verdict.WRONG_OUTPUT)
-    assert _with_baseline(wrong, comp, verified).compile_runtime_ms is None  # not timed: nothing to compare
+    assert _with_baseline(wrong, verified).compile_runtime_ms is None  # not timed: nothing to compare
