@@ -1,8 +1,10 @@
 """The Triton gemm skeleton on a GPU: for each task whose Triton plan takes its GEMM into the kernel,
-the oracle program timed against eager PyTorch and torch.compile by the real evaluator, and the same
-program with its fp32 products in TF32 (Triton's default for fp32 `tl.dot`, which the skeleton
-overrides with input_precision="ieee"): on fp32 tasks that variant should be wrong_output, which
-is the reason for the policy (docs/scaffold.md, "GEMM layout").
+the oracle program through the real evaluator (timed against eager PyTorch and torch.compile), and
+the kernels' own device time (device_time.py) under each way of multiplying fp32 operands: the
+skeleton's policy (gemm_skeleton.FP32_PRODUCTS), plain fp32 FMA ("ieee") and one TF32 pass
+(Triton's default for fp32 `tl.dot`), each with its error against the reference in float64. The
+TF32 twin also goes through the evaluator: on fp32 tasks it should be wrong_output, the reason for
+the policy (docs/scaffold.md, "Numerics").
 
     python benchmarks/gemm_check.py --device cuda --out gemm-check.md builtin/L1/10_matmul examples/gemm_bias_gelu.py
 """
@@ -15,18 +17,31 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # device_time, beside this file
+
+from device_time import measure  # noqa: E402
 
 from kernelwright.device import resolve_size  # noqa: E402
 from kernelwright.evaluate import EvalConfig, evaluate  # noqa: E402
 from kernelwright.scaffold import SegmentKind, plan_tasks, write  # noqa: E402
+from kernelwright.scaffold.gemm_skeleton import FP32_PRODUCTS  # noqa: E402
 from kernelwright.scaffold.oracle import region  # noqa: E402
 from kernelwright.tasks import load_task  # noqa: E402
 
-IEEE = 'input_precision="ieee"'
+POLICY = f'input_precision="{FP32_PRODUCTS}"'
+OTHERS = ("ieee", "tf32")
 
 
 def _x(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}" if a and b else "-"
+
+
+def _ms(v: float | None) -> str:
+    return f"{v:.3f}" if v else "-"
+
+
+def _err(errors: dict, key: str) -> str:
+    return f"{errors[key]:.2g}" if key in errors else "-"
 
 
 def main() -> int:
@@ -35,32 +50,50 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--size", default="auto")
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--no-judge", action="store_true", help="device time only (no evaluator runs)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     size = resolve_size(args.device, args.size)
     tasks = [load_task(t) for t in args.tasks]
     timed = EvalConfig(device=args.device, size=size, iters=args.iters, compile_baseline=True, timeout=600.0)
     untimed = EvalConfig(device=args.device, size=size, time=False, timeout=600.0)
-    rows = ["| task | plan | oracle | ms | x eager | x torch.compile | TF32 products |", "|---|---|---|---|---|---|---|"]
+    others = " / ".join(OTHERS)
+    rows = [f"fp32 products: {FP32_PRODUCTS} (the skeleton's policy), beside {others}. Device times are "
+            "do_bench medians (CUDA events, L2 flushed); errors are max abs diff from the reference in float64.", "",
+            f"| task | judge: verdict | judge ms | x eager | x compile | TF32 twin (judge) | device ms eager / compile / "
+            f"{FP32_PRODUCTS} / {others} | device x compile | error eager / {FP32_PRODUCTS} / {others} |",
+            "|---|---|---|---|---|---|---|---|---|"]
     started = time.monotonic()
     for t, p in zip(tasks, plan_tasks(tasks, size, device=args.device)):
         sc = write(p, "triton")
         if not sc.available or sc.segment.kind != SegmentKind.GEMM:
-            rows.append(f"| {t.id} | {sc.reason} | | | | | |")
+            rows.append(f"| {t.id} | {sc.reason} | | | | | | | |")
             continue
         program = sc.program_with(region(sc))
-        r = evaluate(t, program, timed)
-        tf32 = evaluate(t, program.replace(IEEE, 'input_precision="tf32"'), untimed) if IEEE in program else None
-        tf32_text = "-" if tf32 is None else tf32.verdict.value + (
-            f" (max abs diff {tf32.mismatch.max_abs_diff:.3g})" if tf32.mismatch else "")
-        ms = f"{r.runtime_ms:.4f}" if r.runtime_ms else "-"
-        rows.append(f"| {t.id} | {sc.reason} | {r.verdict.value} | {ms} | {_x(r.ref_runtime_ms, r.runtime_ms)} | "
-                    f"{_x(r.compile_runtime_ms, r.runtime_ms)} | {tf32_text} |")
-        print(f"{time.monotonic() - started:5.0f} s {rows[-1]}" + (f" {r.error[:400]}" if r.error else ""), flush=True)
-    text = "\n".join(rows) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+        twins = {o: program.replace(POLICY, f'input_precision="{o}"') for o in OTHERS if POLICY in program}
+        verdict = ms = xe = xc = twin = "-"
+        if not args.no_judge:
+            r = evaluate(t, program, timed)
+            verdict, ms = r.verdict.value, _ms(r.runtime_ms)
+            xe, xc = _x(r.ref_runtime_ms, r.runtime_ms), _x(r.compile_runtime_ms, r.runtime_ms)
+            if "tf32" in twins:
+                tr = evaluate(t, twins["tf32"], untimed)
+                twin = tr.verdict.value + (f" ({tr.mismatch.max_abs_diff:.3g})" if tr.mismatch else "")
+            if r.error:
+                print(f"{t.id}: {r.error[:400]}", flush=True)
+        d, v = measure(t, {FP32_PRODUCTS: program, **twins}, size, device=args.device)
+        mine = v[FP32_PRODUCTS]
+        device = " / ".join([_ms(d.eager_ms), _ms(d.compile_ms), _ms(mine.program_ms)]
+                            + [_ms(v[o].program_ms) if o in v else "-" for o in OTHERS])
+        errors = " / ".join([_err(d.errors, "eager"), _err(mine.errors, "program")]
+                            + [_err(v[o].errors, "program") if o in v else "-" for o in OTHERS])
+        rows.append(f"| {t.id} | {verdict} | {ms} | {xe} | {xc} | {twin} | {device} | "
+                    f"{_x(d.compile_ms, mine.program_ms)} | {errors} |")
+        print(f"{time.monotonic() - started:5.0f} s {rows[-1]}"
+              + "".join(f" [{x.error}]" for x in (d, *v.values()) if x.error), flush=True)
+        if args.out:
+            args.out.write_text("\n".join(rows) + "\n")
+    print("\n".join(rows))
     return 0
 
 

@@ -13,6 +13,12 @@ bandwidth) over the skeleton's median: 1.0 is a kernel that only moves its bytes
 of a copy. The median is the protocol's whole call (the inputs copied in, the outputs copied out),
 so `net x eager` / `net x compile` take the protocol's own cost per call (its null calls) off both
 sides: what the kernels alone compare as.
+
+`--device-time` (a GPU) times the kernels themselves instead, in this process (device_time.py: CUDA
+events, L2 flushed, the median), every launch variant too, with each side's error against float64:
+`of copy bw` is then the kernel's bytes over its time at the copy bandwidth measured in the same run.
+
+    python benchmarks/skeleton_speed.py --device cuda --target cuda --target triton --device-time --jobs 12
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # device_time, beside this file
 
 from kernelwright.device import resolve_size  # noqa: E402
 from kernelwright.evaluate import EvalConfig, evaluate  # noqa: E402
@@ -57,6 +64,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--variants", action="store_true",
                     help="also time each correct skeleton under its other launch settings (speed search)")
+    ap.add_argument("--device-time", action="store_true",
+                    help="time the kernels in this process (CUDA events), not through the judge's protocol")
     args = ap.parse_args()
     targets = args.target or (["cpp"] if args.device == "cpu" else ["cuda", "triton"])
     size = resolve_size(args.device, args.size)
@@ -68,6 +77,8 @@ def main() -> int:
             if p.for_target(target).available]
     programs = [(t, target, p, sc.program_with(region(sc))) for t, target, p, sc in jobs]
     print(f"{len(programs)} skeletons with their oracle regions; building", flush=True)
+    if args.device_time:
+        return device_time_table(args, size, programs, started)
     untimed = EvalConfig(device=args.device, size=size, time=False, trials=1, timeout=600.0)
     with ThreadPoolExecutor(args.jobs) as pool:
         for (t, target, _, _), r in zip(programs, pool.map(lambda j: evaluate(j[0], j[3], untimed), programs)):
@@ -131,6 +142,109 @@ def _write(args, rows: list, started: float) -> None:
         best = [r[11] * r[4] / r[5] for r in correct if r[11] and r[4] and r[5]]
         lines.append(f"With each row's best launch: geometric mean {_fmt(_geomean(best))}x torch.compile; at or above "
                      f"torch.compile: {sum(v >= 1.0 for v in best)} of {len(best)}.")
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        args.out.write_text(text)
+    else:
+        print(text)
+
+
+def _prebuild(program: str, name: str) -> str:
+    """Import the program in a worker process: its load_inline builds into the shared
+    TORCH_EXTENSIONS_DIR, where the timing process then finds it."""
+    import tempfile
+
+    from device_time import _import_program
+
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            _import_program(program, Path(tmp), name)
+        return "built"
+    except Exception as e:  # noqa: BLE001 - the timing pass reports it again
+        return f"{type(e).__name__}: {str(e)[:200]}"
+
+
+def device_time_table(args, size: str, programs: list, started: float) -> int:
+    """The oracle table from device time (device_time.py), every launch variant timed."""
+    import multiprocessing
+    import os
+    import tempfile
+    from concurrent.futures import ProcessPoolExecutor
+
+    from device_time import copy_bandwidth, measure
+
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", tempfile.mkdtemp(prefix="kw-skel-ext-"))
+    os.environ["KERNELWRIGHT_SIZE"] = size
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        names = [f"kw_build_{i}" for i in range(len(programs))]
+        for (t, target, _, _), said in zip(programs, pool.map(_prebuild, [p[3] for p in programs], names)):
+            print(f"built {t.id} {target}: {said}", flush=True)
+    bandwidth = copy_bandwidth(args.device)
+    print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s", flush=True)
+    by_task: dict[str, list] = {}
+    for job in programs:
+        by_task.setdefault(job[0].id, []).append(job)
+    rows = []
+    for jobs in by_task.values():  # the reference and its torch.compile once for every target
+        timed = {}
+        for _, target, p, program in jobs:
+            timed[(target, "default")] = program
+            for kn in launch_variants(p.segment, target):
+                variant = with_launch(program, kn)
+                if variant:
+                    timed[(target, ", ".join(f"{k}={v}" for k, v in kn.items()))] = variant
+        t = jobs[0][0]
+        labels = list(timed)
+        try:
+            times, got = measure(t, {f"{tg}: {lb}": timed[(tg, lb)] for tg, lb in labels}, size, device=args.device)
+        except Exception as e:  # noqa: BLE001 - the reference itself failed: one line says so
+            print(f"{t.id}: {type(e).__name__}: {e}", flush=True)
+            continue
+        for _, target, p, _ in jobs:
+            mine = {lb: got[f"{tg}: {lb}"] for tg, lb in labels if tg == target}
+            default = mine["default"]
+            best_label, best_ms = "default", default.program_ms
+            for label, v in mine.items():
+                if v.program_ms and (best_ms is None or v.program_ms < best_ms):
+                    best_label, best_ms = label, v.program_ms
+            rows.append((t.id, target, p.segment.kind.value if p.segment else "-", times, default, best_label,
+                         best_ms))
+            print(f"{t.id} {target}: eager {_fmt(times.eager_ms, 4)} compile {_fmt(times.compile_ms, 4)} "
+                  f"skeleton {_fmt(default.program_ms, 4)} best {best_label} {_fmt(best_ms, 4)} ms"
+                  + "".join(f" ({x.error})" for x in (times, *mine.values()) if x.error), flush=True)
+        _write_device(args, size, rows, bandwidth, started)
+    return 0 if rows and all(r[4].program_ms for r in rows) else 1
+
+
+def _write_device(args, size: str, rows: list, bandwidth: float, started: float) -> None:
+    head = ["task", "target", "segment", "bound", "eager ms", "compile ms", "skeleton ms", "best launch", "best ms",
+            "x eager", "x compile", "of copy bw", "compile of copy bw", "err skeleton", "err eager"]
+    lines = [f"# Skeleton speed with the oracle's regions, device time ({args.device}, size {size})", "",
+             f"Machine: {platform.machine()}, {len(rows)} rows in {time.monotonic() - started:.0f} s; copy bandwidth "
+             f"{bandwidth / 1e12:.2f} TB/s (read + write). Each time is do_bench's median (CUDA events, L2 flushed); "
+             "the skeleton's columns are its best launch; errors are max abs diff from float64.", "", "```",
+             " ".join(["python benchmarks/skeleton_speed.py", *sys.argv[1:]]), "```", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    vs_compile, memory, gemm = [], [], []
+    for tid, target, kind, d, default, label, best in rows:
+        bw = d.bytes / (best * 1e-3) / bandwidth if best else None
+        cbw = d.bytes / (d.compile_ms * 1e-3) / bandwidth if d.compile_ms else None
+        xc = _ratio(d.compile_ms, best)
+        if xc:
+            vs_compile.append(xc)
+        if d.library_flops == 0 and d.bound == "memory" and bw:
+            memory.append(bw)
+        if kind == "gemm" and xc:
+            gemm.append(xc)
+        lines.append("| " + " | ".join([
+            tid, target, kind, d.bound or "-", _fmt(d.eager_ms, 4), _fmt(d.compile_ms, 4),
+            _fmt(default.program_ms, 4), label, _fmt(best, 4), _fmt(_ratio(d.eager_ms, best)), _fmt(xc), _fmt(bw, 2),
+            _fmt(cbw, 2), f"{default.errors['program']:.2g}" if "program" in default.errors else "-",
+            f"{d.errors['eager']:.2g}" if "eager" in d.errors else "-"]) + " |")
+    lines += ["", f"At or above torch.compile: {sum(v >= 1.0 for v in vs_compile)} of {len(vs_compile)} "
+                  f"(geometric mean {_fmt(_geomean(vs_compile))}x). Memory-bound rows with no GEMM/conv at 70% of copy "
+                  f"bandwidth or more: {sum(v >= 0.7 for v in memory)} of {len(memory)}. GEMM skeletons: geometric "
+                  f"mean {_fmt(_geomean(gemm))}x torch.compile over {len(gemm)}."]
     text = "\n".join(lines) + "\n"
     if args.out:
         args.out.write_text(text)

@@ -9,9 +9,9 @@ source scripts/device_env.sh
 MODEL=/tmp/kwcache/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 case "${1:-}" in
 chunk)  # `chunk dNN`: one chunk of the model, carried as .carry/dNN, in order; named, since chunks
-  # carried by earlier calls may still lie there. A call carries at most 64 MiB with the tree (7.5
-  # MiB): `head -c 48M MODEL > .carry/d00` (it travels with .whl), then `tail -c +$((48*1048576+1))
-  # MODEL | split -b 55M -d -a 2 --numeric-suffixes=1 - .carry/d`. 2026-12-03: the last chunk,
+  # carried by earlier calls may still lie there. A call carries at most 64 MiB with the tree (10.6
+  # MiB on 2026-12-04): `head -c 46M MODEL > .carry/d00` (it travels with .whl), then `tail -c
+  # +$((46*1048576+1)) MODEL | split -b 50M -d -a 2 --numeric-suffixes=1 - .carry/d` (d01..d21). 2026-12-03: the last chunk,
   # `place`, `side` and `poll 400` in one call; both studies ended in 8.5 minutes
   cat ".carry/$2" >> /tmp/q15.gguf && ls -la /tmp/q15.gguf ;;
 place)  # the model arrives in chunks appended to /tmp/q15.gguf; dequantised once here, so that the
@@ -34,6 +34,18 @@ skel)  # issue #20: the oracle-region skeletons against eager and torch.compile,
   PYTHONPATH=/tmp/site:/tmp/kws setsid nohup python3 benchmarks/skeleton_speed.py --device cuda --target cuda \
     --target triton --jobs 12 --iters 30 --out /tmp/kwout/skeleton-speed-h200.md "${@:2}" \
     > /tmp/kwout/skeleton-speed.log 2>&1 < /dev/null &
+  disown -a; sleep 2; echo started ;;
+skelt)  # issue #20: the same, timed as device time in one process (benchmarks/device_time.py), every
+  # launch variant with it; `skelt --tasks builtin:1:1-2` for a quick look in the foreground
+  bash "$0" copy /tmp/kwt
+  cd /tmp/kwt
+  if [ $# -gt 1 ]; then
+    PYTHONPATH=/tmp/site:/tmp/kwt python3 benchmarks/skeleton_speed.py --device cuda --target cuda --target triton \
+      --device-time --jobs 12 --out /tmp/kwout/skeleton-device-time-h200.md "${@:2}"; exit
+  fi
+  PYTHONPATH=/tmp/site:/tmp/kwt setsid nohup python3 benchmarks/skeleton_speed.py --device cuda --target cuda \
+    --target triton --device-time --jobs 12 --out /tmp/kwout/skeleton-device-time-h200.md \
+    > /tmp/kwout/skeleton-device-time.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
 gemm)  # issue #20: the Triton GEMM skeletons (oracle epilogue) against eager and torch.compile, with
   # their TF32 counterfactual, detached, from a copy of its own (/tmp/kwg)
@@ -106,6 +118,15 @@ start)
   setsid nohup bash -c "time python3 -m kernelwright.cli.main optimize /tmp/kwout/gemm_bias_gelu.py \
       --model qwen2.5-coder-1.5b --device cuda --target cuda --budget-minutes 6" \
       > /tmp/kwout/optimize.log 2>&1 < /dev/null &
+  disown -a; sleep 2; echo started ;;
+opt)  # issue #20: `opt TARGET MINUTES`: optimize on examples/gemm_bias_gelu.py, detached, from a copy
+  # of its own (/tmp/kwo), its output folder beside the copied module in /tmp/kwout
+  bash "$0" copy /tmp/kwo
+  cp /tmp/kwo/examples/gemm_bias_gelu.py /tmp/kwout/
+  cd /tmp/kwo
+  PYTHONPATH=/tmp/site:/tmp/kwo setsid nohup bash -c "time python3 -m kernelwright.cli.main optimize \
+      /tmp/kwout/gemm_bias_gelu.py --model qwen2.5-coder-1.5b --device cuda --target ${2:-triton} \
+      --budget-minutes ${3:-6}; echo exit \$?" > /tmp/kwout/optimize-${2:-triton}.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
 poll)  # wait up to $2 seconds for the detached jobs, printing where they are
   end=$((SECONDS + ${2:-300}))

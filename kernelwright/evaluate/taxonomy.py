@@ -39,7 +39,11 @@ _COMPILER_ERROR = re.compile(
     r"undefined symbol:|^collect2: error|cannot find -l"
 )
 # A Python exception line, as the last line of a traceback or `type: message`.
-_PY_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?::|$)")
+# `Name: message`, and `Name("message")`: Triton's CompilationError ends its message with the
+# repr of the exception its code generator raised, the cause under the source excerpt.
+_PY_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?::|\(|$)")
+# A caret under a column (Triton's and Python's source excerpts): the line above it is the culprit.
+_CARET = re.compile(r"^\s*\^+\s*$")
 # Lines that start a new compile step in ninja output (torch's path) or our own compile-only log.
 _STEP_START = re.compile(r"^\s*(?:\[\d+/\d+\]\s|FAILED:\s|### )")
 # Progress and chatter that never helps to find the cause.
@@ -286,6 +290,8 @@ def first_relevant_lines(text: str, max_lines: int = 12) -> str:
             context = _source_context(lines, i)
             if context:
                 keep(context)
+        elif _CARET.match(line) and i > 0 and lines[i - 1].strip():
+            keep("    " + lines[i - 1].strip())
     if kept:
         return "\n".join(kept)
     fitted = [_fit(ln) for ln in lines]

@@ -7,10 +7,15 @@ accumulator; the epilogue's extra inputs are loaded per output element (broadcas
 the elementwise skeleton: a flat vector read at `(i // inner) % span`); then the region, and one
 masked store. The region sees the accumulator tile as `x`, the epilogue's main input, and writes `y`.
 
-Numerics: fp32 operands are multiplied with `input_precision="ieee"`. Triton's default for fp32
-`tl.dot` on NVIDIA is TF32 (10-bit mantissa), about 1e-3 relative error: past the evaluator's 1e-4
-fp32 tolerance, and not what an fp32 reference computes (PyTorch's matmul default is ieee fp32 too).
-fp16 / bf16 operands use the tensor cores as they are, accumulating in fp32.
+Numerics: fp32 operands are multiplied to fp32 accuracy, never in one TF32 pass. Triton's default
+for fp32 `tl.dot` on NVIDIA is TF32 (10-bit mantissa), about 1e-3 relative error: past the
+evaluator's 1e-4 fp32 tolerance, and not what an fp32 reference computes (PyTorch's matmul default
+is fp32 too). FP32_PRODUCTS says how: "tf32x3" splits each operand into a TF32 head and a TF32 tail
+(a = hi + lo) and sums hi*hi + hi*lo + lo*hi on the tensor cores, accumulating in fp32: each product
+is then off by about 2^-21 of itself where fp32's rounding is 2^-24, far inside the tolerance and
+at a third of TF32's tensor-core rate, which is several times fp32's FMA rate (the H200: 495 vs 67
+TFLOP/s). "ieee" is plain fp32 FMA. docs/scaffold.md, "Numerics", gives the measurements behind the
+choice. fp16 / bf16 operands use the tensor cores as they are, accumulating in fp32.
 
 Launch settings: a `@triton.autotune` list of tile shapes, stages and warps keyed on (M, N, K), not
 the `KW_LAUNCH` line the other skeletons carry. The best GEMM tile depends on the shape and the GPU,
@@ -65,9 +70,15 @@ def configs(a_dtype: str) -> list[tuple[int, int, int, int, int]]:
     return out
 
 
+# How fp32 operands are multiplied: "tf32x3" (fp32 accuracy on the tensor cores) or "ieee" (fp32
+# FMA); never "tf32" (see the module's docstring).
+FP32_PRODUCTS = "tf32x3"
+
+
 def dot_call(a_dtype: str) -> str:
-    """The K loop's product: ieee fp32 for fp32 operands (never TF32), tensor cores otherwise."""
-    precision = ', input_precision="ieee"' if a_dtype == "float32" else ""
+    """The K loop's product: fp32 operands to fp32 accuracy (FP32_PRODUCTS, never one TF32 pass),
+    tensor cores as they are otherwise."""
+    precision = f', input_precision="{FP32_PRODUCTS}"' if a_dtype == "float32" else ""
     return f"kw_acc = tl.dot(kw_a_tile, kw_b_tile, kw_acc{precision})"
 
 

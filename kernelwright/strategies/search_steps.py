@@ -102,8 +102,11 @@ def _vars(ctx: RunContext, sc: Any) -> dict[str, Any]:
     seg = sc.segment
     region = {"kernel_view": sc.kernel_view.strip("\n"), "variables": sc.variables, "torch_lines": seg.torch_lines,
               "module_notes": seg.module_notes, "op_notes": seg.op_notes}
+    # a CUDA row task is a C++ loop the CUDA kernel runs (line_target): "C++ (CPU)" would be false
+    name = ("CUDA (its row loop written in C++)" if sc.target != ctx.target and ctx.target == "cuda"
+            else TARGET_NAMES[sc.target])
     return {**search.prompt_vars(ctx), "scaffold": region, "fence": sc.language, "target": sc.target,
-            "target_name": TARGET_NAMES[sc.target]}
+            "target_name": name}
 
 
 def _line_samples(ctx: RunContext, sc: Any, target: str, step: Any, comps: list[Completion], tried: set[str],

@@ -132,6 +132,20 @@ def test_first_relevant_lines_dedups_caps_and_falls_back() -> None:
     assert first_relevant_lines("[1/1] c++ x.cpp\nsomething odd happened\n") == "something odd happened"
 
 
+def test_a_triton_compilation_error_keeps_its_cause_and_the_offending_line() -> None:
+    """Triton's CompilationError: a location, an excerpt of the kernel with a caret under the
+    column, and last the repr of what its code generator raised. The cause and the line it points
+    at are what a repair turn needs; a long excerpt once left only the location line."""
+    excerpt = "\n".join(f"    kw_v{i} = tl.load(x_ptr + offs + {i}, mask=mask, other=0.0)  # padding the excerpt"
+                        for i in range(8))
+    text = ("CompilationError: at 24:22:\n" + excerpt + "\n    kw_acc = tl.add(kw_acc, tl.dot(kw_a, kw_b))\n"
+            "                      ^\nAttributeError(\"module 'triton.language' has no attribute 'add'\")")
+    out = first_relevant_lines(text)
+    assert out.splitlines()[0] == "CompilationError: at 24:22:"
+    assert "    kw_acc = tl.add(kw_acc, tl.dot(kw_a, kw_b))" in out.splitlines()
+    assert out.splitlines()[-1] == "AttributeError(\"module 'triton.language' has no attribute 'add'\")"
+
+
 def test_the_verdict_groups_partition_what_can_happen() -> None:
     """Each verdict says which group it is in (records.Verdict's properties, the one place for them):
     decided before any build, a failed build, stopped by a kill or memory, or reached after the

@@ -18,6 +18,7 @@ from kernelwright.child import load_task_module
 from kernelwright.records import Verdict
 from kernelwright.scaffold import SegmentKind, default_launch, launch_variants, plan_tasks, precheck, with_launch, write
 from kernelwright.scaffold.gemm_plan import GEMM_HEADER
+from kernelwright.scaffold.gemm_skeleton import FP32_PRODUCTS
 from kernelwright.scaffold.oracle import region
 from kernelwright.tasks import load_task
 from tests.conftest import TASKS
@@ -87,11 +88,12 @@ def test_cuda_and_cpp_programs_are_what_they_were(plans) -> None:
             assert sc.program == write(p.model_copy(update={"gemm": None}), target).program
 
 
-def test_fp32_products_are_ieee_and_half_products_use_tensor_cores(plans) -> None:
+def test_fp32_products_keep_fp32_accuracy_and_half_products_use_tensor_cores(plans) -> None:
     fp32 = write(plans[GELU], "triton").program
-    assert 'tl.dot(kw_a_tile, kw_b_tile, kw_acc, input_precision="ieee")' in fp32
+    assert f'tl.dot(kw_a_tile, kw_b_tile, kw_acc, input_precision="{FP32_PRODUCTS}")' in fp32
+    assert FP32_PRODUCTS in ("ieee", "tf32x3")  # never one TF32 pass
     half = write(plans["bmm"], "triton").program
-    assert "tl.dot(kw_a_tile, kw_b_tile, kw_acc)" in half and "ieee" not in half
+    assert "tl.dot(kw_a_tile, kw_b_tile, kw_acc)" in half and "input_precision" not in half
     assert "@triton.autotune(configs=KW_GEMM_CONFIGS" in fp32 and "KW_LAUNCH" not in fp32
     seg = plans[GELU].for_target("triton").segment
     # launch settings are the autotune list's, not KW_LAUNCH variants
@@ -106,15 +108,24 @@ def _tf32(t: torch.Tensor) -> torch.Tensor:
     return bits.view(torch.float32)
 
 
-def test_tf32_would_fail_the_evaluators_fp32_tolerance(tasks) -> None:
-    """Why the skeleton asks for ieee: on the task's own inputs a TF32 product is off by more than
-    the fp32 tolerance (1e-4), so Triton's default for fp32 dot would make a correct region wrong."""
+def test_tf32_would_fail_the_evaluators_fp32_tolerance_and_the_split_would_not(tasks) -> None:
+    """Why the skeleton never takes Triton's default for fp32 dot: on the task's own inputs a TF32
+    product is off by more than the fp32 tolerance (1e-4), so a correct region would be wrong. The
+    3xTF32 split the skeleton uses instead (hi*hi + hi*lo + lo*hi, each operand's TF32 head and
+    tail, every partial product exact in fp32 as on the tensor cores) is within it, its error the
+    size of fp32's own."""
     module = load_task_module(tasks[MATMUL].source, tasks[MATMUL].path, "kw_gemm_tf32")
     torch.manual_seed(0)
     a, b = module.get_inputs()
     exact = a.double() @ b.double()
-    assert torch.allclose((a @ b).double(), exact, atol=1e-4, rtol=1e-4)
+    fp32 = (a @ b).double()
+    assert torch.allclose(fp32, exact, atol=1e-4, rtol=1e-4)
     assert not torch.allclose((_tf32(a) @ _tf32(b)).double(), exact, atol=1e-4, rtol=1e-4)
+    a_hi, b_hi = _tf32(a), _tf32(b)
+    a_lo, b_lo = _tf32(a - a_hi), _tf32(b - b_hi)
+    split = (a_hi @ b_lo + a_lo @ b_hi + a_hi @ b_hi).double()
+    assert torch.allclose(split, exact, atol=1e-4, rtol=1e-4)
+    assert (split - exact).abs().max() < 4 * (fp32 - exact).abs().max()
 
 
 def test_the_precheck_runs_the_epilogue(plans) -> None:
