@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 from kernelwright.child import load_task_module
 from kernelwright.measure.draw import SEED, draw_inputs, seed_all
-from kernelwright.tasks import Task
+from kernelwright.records import Task
 
 _COUNT = [0]
 

@@ -1,8 +1,9 @@
 """The Triton gemm skeleton on a GPU: for each task whose Triton plan takes its GEMM into the kernel,
 the oracle program through the real evaluator (timed against eager PyTorch and torch.compile), and
 the kernels' own device time (device_time.py) under each way of multiplying fp32 operands: the
-skeleton's policy (gemm_skeleton.FP32_PRODUCTS), plain fp32 FMA ("ieee") and one TF32 pass
-(Triton's default for fp32 `tl.dot`), each with its error against the reference in float64. The
+skeleton's policy (gemm_skeleton.FP32_PRODUCTS) and the others of "ieee" (fp32 FMA), "tf32x3"
+(the 3xTF32 split on the tensor cores) and "tf32" (one TF32 pass, Triton's default for fp32
+`tl.dot`), each with its error against the reference in float64. The
 TF32 twin also goes through the evaluator: on fp32 tasks it should be wrong_output, the reason for
 the policy (docs/scaffold.md, "Numerics").
 
@@ -29,7 +30,7 @@ from kernelwright.scaffold.oracle import region  # noqa: E402
 from kernelwright.tasks import load_task  # noqa: E402
 
 POLICY = f'input_precision="{FP32_PRODUCTS}"'
-OTHERS = ("ieee", "tf32")
+OTHERS = tuple(p for p in ("ieee", "tf32x3", "tf32") if p != FP32_PRODUCTS)
 
 
 def _x(a: float | None, b: float | None) -> str:
@@ -74,6 +75,7 @@ def main() -> int:
         verdict = ms = xe = xc = twin = "-"
         if not args.no_judge:
             r = evaluate(t, program, timed)
+            # the tf32 twin is the one whose verdict the policy rests on
             verdict, ms = r.verdict.value, _ms(r.runtime_ms)
             xe, xc = _x(r.ref_runtime_ms, r.runtime_ms), _x(r.compile_runtime_ms, r.runtime_ms)
             if "tf32" in twins:

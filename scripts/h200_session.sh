@@ -36,16 +36,21 @@ skel)  # issue #20: the oracle-region skeletons against eager and torch.compile,
     > /tmp/kwout/skeleton-speed.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
 skelt)  # issue #20: the same, timed as device time in one process (benchmarks/device_time.py), every
-  # launch variant with it; `skelt --tasks builtin:1:1-2` for a quick look in the foreground
+  # launch variant with it, detached; the suite in three processes side by side (the builds and
+  # torch.compile take the time; the device lock keeps the timed calls apart): tables
+  # skeleton-device-time-L1..L3.md. `skelt fg ARGS` runs one in the foreground (a quick look)
   bash "$0" copy /tmp/kwt
   cd /tmp/kwt
-  if [ $# -gt 1 ]; then
-    PYTHONPATH=/tmp/site:/tmp/kwt python3 benchmarks/skeleton_speed.py --device cuda --target cuda --target triton \
-      --device-time --jobs 12 --out /tmp/kwout/skeleton-device-time-h200.md "${@:2}"; exit
+  export PYTHONPATH=/tmp/site:/tmp/kwt
+  if [ "${2:-}" = fg ]; then
+    python3 benchmarks/skeleton_speed.py --device cuda --target cuda --target triton --device-time --jobs 12 \
+      --out /tmp/kwout/skeleton-device-time-fg.md "${@:3}"; exit
   fi
-  PYTHONPATH=/tmp/site:/tmp/kwt setsid nohup python3 benchmarks/skeleton_speed.py --device cuda --target cuda \
-    --target triton --device-time --jobs 12 --out /tmp/kwout/skeleton-device-time-h200.md \
-    > /tmp/kwout/skeleton-device-time.log 2>&1 < /dev/null &
+  for level in 1 2 3; do
+    setsid nohup python3 benchmarks/skeleton_speed.py --device cuda --target cuda --target triton --device-time \
+      --tasks builtin:$level --jobs 5 --out /tmp/kwout/skeleton-device-time-L$level.md \
+      > /tmp/kwout/skeleton-device-time-L$level.log 2>&1 < /dev/null &
+  done
   disown -a; sleep 2; echo started ;;
 gemm)  # issue #20: the Triton GEMM skeletons (oracle epilogue) against eager and torch.compile, with
   # their TF32 counterfactual, detached, from a copy of its own (/tmp/kwg)

@@ -27,7 +27,26 @@ def plan(task_id: str, module: Any, model: nn.Module, inputs: Sequence[Any], sou
 
 
 def write(plan: ScaffoldPlan, target: str) -> Scaffold:
-    plan = plan.for_target(target)  # Triton takes a GEMM into the kernel where the planner found one
-    if plan.available and plan.segment is not None and plan.segment.kind == SegmentKind.GEMM:
-        return write_triton_gemm(plan, plan.segment)
-    return write_segment(plan, target)
+    chosen = plan.for_target(target)  # Triton takes a GEMM into the kernel where the planner found one
+    if chosen.available and chosen.segment is not None and chosen.segment.kind == SegmentKind.GEMM:
+        sc = write_triton_gemm(chosen, chosen.segment)
+        sc.library_twin = _library_twin(plan, chosen, target)
+        return sc
+    return write_segment(chosen, target)
+
+
+def _library_twin(plan: ScaffoldPlan, gemm: ScaffoldPlan, target: str) -> Scaffold | None:
+    """The skeleton that leaves the GEMM to the library (cuBLAS through torch) and runs the same
+    epilogue as an elementwise kernel after it, where a region written for the GEMM skeleton is one
+    for it too: the same lines after the GEMM, over inputs of the same names. Speed search times
+    both with the verified region (search_parts._tune): on the H200 an fp32 GEMM in Triton ran
+    0.52-0.94x cuBLAS's (2026-12-04, skeleton-speed-h200.md), the library's GEMM and one extra
+    pass over its output about 1.0x torch.compile."""
+    if not plan.available or plan.segment is None or plan.segment.kind != SegmentKind.ELEMENTWISE:
+        return None
+    after = [line for line in gemm.segment.torch_lines if not line.lstrip().startswith("#")]
+    same_inputs = {a.name for a in plan.segment.args} == {a.name for a in gemm.segment.args}
+    if after != plan.segment.torch_lines or not same_inputs:
+        return None
+    twin = write_segment(plan, target)
+    return twin if twin.available else None

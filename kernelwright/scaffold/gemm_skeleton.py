@@ -7,15 +7,14 @@ accumulator; the epilogue's extra inputs are loaded per output element (broadcas
 the elementwise skeleton: a flat vector read at `(i // inner) % span`); then the region, and one
 masked store. The region sees the accumulator tile as `x`, the epilogue's main input, and writes `y`.
 
-Numerics: fp32 operands are multiplied to fp32 accuracy, never in one TF32 pass. Triton's default
-for fp32 `tl.dot` on NVIDIA is TF32 (10-bit mantissa), about 1e-3 relative error: past the
-evaluator's 1e-4 fp32 tolerance, and not what an fp32 reference computes (PyTorch's matmul default
-is fp32 too). FP32_PRODUCTS says how: "tf32x3" splits each operand into a TF32 head and a TF32 tail
-(a = hi + lo) and sums hi*hi + hi*lo + lo*hi on the tensor cores, accumulating in fp32: each product
-is then off by about 2^-21 of itself where fp32's rounding is 2^-24, far inside the tolerance and
-at a third of TF32's tensor-core rate, which is several times fp32's FMA rate (the H200: 495 vs 67
-TFLOP/s). "ieee" is plain fp32 FMA. docs/scaffold.md, "Numerics", gives the measurements behind the
-choice. fp16 / bf16 operands use the tensor cores as they are, accumulating in fp32.
+Numerics: fp32 operands are multiplied as fp32 (FP32_PRODUCTS = "ieee", FMA), never in one TF32
+pass: Triton's default for fp32 `tl.dot` on NVIDIA is TF32 (10-bit mantissa), about 1e-3 relative
+error, past the evaluator's 1e-4 fp32 tolerance and not what an fp32 reference computes (PyTorch's
+matmul default is fp32 too). The 3xTF32 split ("tf32x3": hi*hi + hi*lo + lo*hi on the tensor
+cores) was tried and measured on the H200 (2026-12-04, docs/scaffold.md "Numerics"): closer to the
+float64 product than cuBLAS's fp32, yet off cuBLAS's own rounding by more than the tolerance on a
+K = 8192 matmul (judged wrong_output), and no faster than cuBLAS's fp32 GEMM there.
+fp16 / bf16 operands use the tensor cores as they are, accumulating in fp32.
 
 Launch settings: a `@triton.autotune` list of tile shapes, stages and warps keyed on (M, N, K), not
 the `KW_LAUNCH` line the other skeletons carry. The best GEMM tile depends on the shape and the GPU,
@@ -70,14 +69,14 @@ def configs(a_dtype: str) -> list[tuple[int, int, int, int, int]]:
     return out
 
 
-# How fp32 operands are multiplied: "tf32x3" (fp32 accuracy on the tensor cores) or "ieee" (fp32
-# FMA); never "tf32" (see the module's docstring).
-FP32_PRODUCTS = "tf32x3"
+# How fp32 operands are multiplied: "ieee" (fp32 FMA); never "tf32" (the module's docstring says
+# why, and why not "tf32x3"). gemm_check.py times and measures the others beside it.
+FP32_PRODUCTS = "ieee"
 
 
 def dot_call(a_dtype: str) -> str:
-    """The K loop's product: fp32 operands to fp32 accuracy (FP32_PRODUCTS, never one TF32 pass),
-    tensor cores as they are otherwise."""
+    """The K loop's product: fp32 operands as FP32_PRODUCTS says (never one TF32 pass), tensor
+    cores as they are otherwise."""
     precision = f', input_precision="{FP32_PRODUCTS}"' if a_dtype == "float32" else ""
     return f"kw_acc = tl.dot(kw_a_tile, kw_b_tile, kw_acc{precision})"
 

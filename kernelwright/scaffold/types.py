@@ -180,6 +180,9 @@ class Scaffold(BaseModel):
     language: str = ""  # of the region: "cuda", "cpp" or "python"
     kernel_view: str = ""  # the kernel's code as shown to the model, region marked
     variables: list[str] = Field(default_factory=list)  # what the region can read and must write
+    # A GEMM skeleton's twin that leaves the GEMM to the library and runs the same region as an
+    # elementwise epilogue after it (compose._library_twin); speed search times both.
+    library_twin: Optional["Scaffold"] = None
 
     def program_with(self, region: str) -> str:
         """The candidate with ``region`` (unindented lines) in place of the placeholder; an empty

@@ -121,9 +121,11 @@ def _tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attemp
           first_sample: int) -> None:
     """Time the verified kernel under the skeleton's other launch settings (threads per block,
     shared-memory staging of rows, Triton block and warps): the same region and the same
-    extension, so no build and no model call. Each variant is evaluated in full (a setting that
-    breaks a region is wrong_output, not faster) and recorded as an attempt of this turn; the pick
-    among attempts keeps the fastest correct one. Stops at the run's deadline, where it has one."""
+    extension, so no build and no model call; and a GEMM skeleton's region in its library twin
+    (the GEMM left to the library, the region as an elementwise epilogue after it:
+    Scaffold.library_twin), a build of its own but still no model call. Each variant is evaluated
+    in full (a setting that breaks a region is wrong_output, not faster) and recorded as an attempt
+    of this turn; the pick among attempts keeps the fastest correct one. Stops at the run's deadline, where it has one."""
     sc = ctx.scaffold()
     if sc is None or sc.segment is None:
         return
@@ -143,12 +145,15 @@ def _tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attemp
     # the answer is the verified one; the variant cost no tokens
     answer = Completion(text=best.raw_response, finish_reason=best.finish_reason, prompt_tokens=0,
                         completion_tokens=0, latency_s=0.0)
-    for k, knobs in enumerate(variants):
-        program = with_launch(code or "", knobs)
+    programs = [(knobs, with_launch(code or "", knobs)) for knobs in variants]
+    region = (best.notes.get("scaffold") or {}).get("region")
+    if sc.library_twin is not None and region is not None:
+        programs.append(({"skeleton": "library_twin"}, sc.library_twin.program_with(region)))
+    for k, (knobs, program) in enumerate(programs):
         if program is None or (budget is not None and budget.spent()):
             return
         sample = first_sample + k
-        ctx.progress(Evaluating(turn=turn, sample=sample, n=len(variants)))
+        ctx.progress(Evaluating(turn=turn, sample=sample, n=len(programs)))
         result = ctx.executor.evaluate(ctx.task, program, replace(cfg))
         note = {"tune": knobs, "of": best.id}
         if ctx.eval_config.compile_baseline:
@@ -157,7 +162,7 @@ def _tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attemp
         attempt = ctx._attempt(messages, answer, program, None, result, turn, sample, 0.0, {"search": note})
         ctx.attempts.append(attempt)
         ctx.sink(attempt)
-        ctx.progress(Judged(turn=turn, sample=sample, n=len(variants), verdict=result.verdict.value,
+        ctx.progress(Judged(turn=turn, sample=sample, n=len(programs), verdict=result.verdict.value,
                             speedup=result.speedup, custom=result.custom_kernel))
 
 

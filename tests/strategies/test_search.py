@@ -300,6 +300,31 @@ def test_a_verified_kernel_is_timed_under_its_other_launch_settings(build_cache)
     assert len(run("search+no_tune+n=1+turns=1")) == 1
 
 
+@pytest.mark.slow  # two evaluations under the Triton interpreter, one of them a GEMM
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+def test_a_verified_gemm_region_is_also_timed_in_its_library_twin(build_cache):
+    """A region verified in the Triton GEMM skeleton is evaluated once more in the skeleton that
+    leaves the GEMM to the library and runs the region after it (its library twin): recorded as a
+    variant of the turn, no tokens, the twin's program (no tl.dot), its own verdict."""
+    from kernelwright.evaluate import EvalConfig
+    from kernelwright.executors.base import Direct
+    from kernelwright.strategies import run_regime
+    from kernelwright.tasks import load_task
+
+    task = load_task("builtin/L2/01_linear_gelu_scale")
+    cfg = EvalConfig(device="cpu", trials=2, time=False, timeout=300.0, cache_dir=str(build_cache),
+                     extra_env={"TRITON_INTERPRET": "1"})
+    answer = "y = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476)) * 0.5"
+    logged = []
+    run_regime(task, TritonAnswers([answer]), parse_regime("search+n=1+turns=1", target="triton", seed=0,
+                                                           scaffold=True), cfg, sink=logged.append, executor=Direct())
+    found, twin = logged
+    assert "tl.dot" in found.code and found.eval.verdict.value == "correct"
+    assert twin.notes["search"] == {"tune": {"skeleton": "library_twin"}, "of": found.id}
+    assert "tl.dot" not in twin.code and answer in twin.code
+    assert twin.eval.verdict.value == "correct" and twin.eval.custom_kernel and twin.usage.completion_tokens == 0
+
+
 def test_a_launch_variant_is_timed_against_its_cells_compile_baseline():
     """The variants take the compile baseline their verified kernel measured (the task's, not
     compiled again): the same fields the judge writes, from the variant's own timing."""
