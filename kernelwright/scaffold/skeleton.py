@@ -420,6 +420,20 @@ __device__ __forceinline__ int64_t kw_bcast_at(int64_t i, int64_t inner, int64_t
         return static_cast<uint32_t>(i) / static_cast<uint32_t>(inner) % static_cast<uint32_t>(span);
     return i / inner % span;
 }
+// A broadcast input read along one row of a row kernel: its position kw_bcast_at(row * cols + j),
+// found once a row for the shapes rows take (one value per row: inner a multiple of cols; a vector
+// along the row: inner 1 and span a multiple of cols), else per element. A LayerNorm's weight and
+// bias otherwise cost two divisions a value (H200, 2026-12-04: LayerNorm at 0.36 of copy bandwidth).
+struct KwRowBcast { int64_t base; int mode; };  // mode 0: base; 1: base + j; 2: per element
+__device__ __forceinline__ KwRowBcast kw_row_bcast(int64_t row, int64_t cols, int64_t inner, int64_t span) {
+    if (inner % cols == 0) return {(row * cols / inner) % span, 0};
+    if (inner == 1 && span % cols == 0) return {(row * cols) % span, 1};
+    return {0, 2};
+}
+__device__ __forceinline__ int64_t kw_row_at(const KwRowBcast& b, int64_t row, int64_t cols, int64_t j,
+                                             int64_t inner, int64_t span) {
+    return b.mode == 0 ? b.base : b.mode == 1 ? b.base + j : kw_bcast_at(row * cols + j, inner, span);
+}
 // 16 bytes of a row (4 floats, 8 halves) as floats in shared memory.
 template <typename T>
 __device__ __forceinline__ void kw_unpack16(const float4& raw, float* dst) {
@@ -550,8 +564,11 @@ def cuda_kernel(seg: Segment) -> tuple[str, str, str]:
     loads = "".join(
         f"    auto {a.name} = [&](int64_t j) -> float {{ return kw_row_{a.name} ? kw_row_{a.name}[j] : "
         f"static_cast<float>({a.name}_ptr[row * cols + j]); }};\n" if a.pattern == "same" else
-        f"    auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>("
-        f"{a.name}_ptr[{_c_index(a, 'row * cols + j', True)}]); }};\n" for a in seg.args)
+        f"    const KwRowBcast kw_at_{a.name} = kw_row_bcast(row, cols, {a.name}_inner, {a.name}_span);\n"
+        f"    auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>({a.name}_ptr[kw_row_at("
+        f"kw_at_{a.name}, row, cols, j, {a.name}_inner, {a.name}_span)]); }};\n" if a.pattern == "broadcast" else
+        f"    auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>({a.name}_ptr[0]); }};\n"
+        for a in seg.args)
     # one value per row: a float the region assigns (an index into the output could run past it)
     y_decl, y_store = _row_output(seg, indent, "if (threadIdx.x == 0) ")
     kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t rows, int64_t cols, int kw_staged) {{\n"
