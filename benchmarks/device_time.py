@@ -78,6 +78,7 @@ def measure(task: Task, programs: dict[str, str], size: str, *, device: str = "c
     import torch
 
     from kernelwright.analysis.roofline import roofline
+    from kernelwright.device import DeviceLock
 
     os.environ["KERNELWRIGHT_SIZE"] = size  # the task's module reads its size when it loads
     torch.backends.cuda.matmul.allow_tf32 = False  # as the evaluator: fp32 means fp32
@@ -120,7 +121,10 @@ def measure(task: Task, programs: dict[str, str], size: str, *, device: str = "c
                     mod = _import_program(text, Path(tmp), f"kw_dt_{n}_{len(results)}")
                     seed_all(SEED)
                     cand = mod.ModelNew(*copy.deepcopy(init)).to(dev).eval()
-                    side.errors["program"] = _max_diff(cand(*inputs), exact)
+                    # the first call under the device lock too: a Triton autotune times its configs
+                    # there, and beside another timing process it picked a worse tile (2026-12-04)
+                    with DeviceLock(device):
+                        side.errors["program"] = _max_diff(cand(*inputs), exact)
                     side.program_ms = _bench(lambda: cand(*inputs), device)
                 except Exception as e:  # noqa: BLE001 - one program's failure is one row's
                     side.error = f"{label}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]

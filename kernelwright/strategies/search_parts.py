@@ -125,7 +125,8 @@ def _tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attemp
     (the GEMM left to the library, the region as an elementwise epilogue after it:
     Scaffold.library_twin), a build of its own but still no model call. Each variant is evaluated
     in full (a setting that breaks a region is wrong_output, not faster) and recorded as an attempt
-    of this turn; the pick among attempts keeps the fastest correct one. Stops at the run's deadline, where it has one."""
+    of this turn; the pick among attempts keeps the fastest correct one. Stops at the run's
+    deadline, where it has one."""
     sc = ctx.scaffold()
     if sc is None or sc.segment is None:
         return
