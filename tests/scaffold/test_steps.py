@@ -123,6 +123,7 @@ def test_a_line_on_a_weight_broadcast_against_the_row_is_split(plans) -> None:
     assert decode(steps[6].plan.probes.expected)[:cols] == decode(plans[RMS_BF16].probes.inputs["weight"])[:cols]
 
 
+@pytest.mark.build  # the pre-check compiles its C++ (cc1plus)
 def test_cuda_row_tasks_are_cpp_loops_spread_over_the_block_or_run_by_one_thread(plans) -> None:
     """A CUDA row task is the C++ row kernel's task (a loop over the row, no block reductions);
     a single-line row is worth splitting in CUDA only. Composed, a reduction's loop is strided over
@@ -231,6 +232,7 @@ def test_a_row_tasks_loops_are_spread_over_the_block_where_every_thread_can_run_
         assert [ln.split("(")[0].strip() for ln in out.splitlines() if "= block_" in ln] == combined
 
 
+@pytest.mark.build  # the pre-check compiles its C++ (cc1plus)
 @pytest.mark.parametrize(("task", "answer"), [(SOFTMAX, SOFTMAX_ROW), (LAYER_NORM, NORM_ROW)])
 def test_a_row_task_of_several_loops_is_spread_and_checked_with_a_blocks_threads(plans, task, answer) -> None:
     """The model's whole-row answers (a softmax, a LayerNorm as mean, variance and write loops) spread

@@ -80,6 +80,7 @@ def test_region_answers_are_sampled_under_the_grammar_with_grammar():
             assert prompt == prompts.render("task", **ctx.task_vars())
 
 
+@pytest.mark.build  # the real pre-check compiles the C++ region (cc1plus)
 def test_a_repair_turn_follows_up_in_the_same_conversation():
     """Turn 2 is the task as turn 1 had it (the kernel, where the region goes), the failing region
     as the model's answer, and its counterexample with the reply rule: the frame stays in view.
