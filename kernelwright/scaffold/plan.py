@@ -144,8 +144,24 @@ class _Candidate:
         # how the run was re-run on its own (set once it passes): what the probes need
         self.run: Optional[tuple[fx.GraphModule, list[torch.Tensor], list[str], int, dict[str, torch.Tensor]]] = None
         self.names = {n.name for n in nodes}
+        # what a node's metadata is (`h.dtype` in `.to(h.dtype)`) is fixed when the graph is traced,
+        # not a value the run must hand out: such reads, used only inside the run, are part of it.
+        # Else a residual add whose dtype the end casts back to is left outside the kernel (an
+        # extra pass over three tensors; H200, 2026-12-04: RMSNorm+residual bf16 at 0.58x compile).
+        self.meta = {u.name: u for n in nodes for u in n.users
+                     if _metadata_read(u) and u.users and all(w.name in self.names for w in u.users)}
         # the values read outside the run (a valid segment has exactly one)
-        self.outs = [n for n in nodes if any(u.name not in self.names for u in n.users)]
+        self.outs = [n for n in nodes if any(u.name not in self.names and u.name not in self.meta for u in n.users)]
+
+
+_METADATA = frozenset({"dtype", "shape", "device", "ndim", "is_cuda"})
+
+
+def _metadata_read(n: fx.Node) -> bool:
+    """`t.dtype`, `t.shape`, `t.size()`, `t.dim()`: what the trace fixed, not the tensor's values."""
+    if n.op == "call_function" and n.target is getattr:
+        return len(n.args) == 2 and n.args[1] in _METADATA
+    return n.op == "call_method" and n.target in ("size", "dim")
 
 
 def _best_segment(model: nn.Module, gm: fx.GraphModule, graph: OpGraph,
@@ -457,6 +473,9 @@ def _rewrite(gm: fx.GraphModule, model: nn.Module, seg: Segment, cand: _Candidat
         fused = g.create_node("call_function", _FUSED, tuple(ordered), name="fused")
     out_node.replace_all_uses_with(fused)
     for n in reversed(cand.nodes):
+        for u in list(n.users):
+            if u.name in cand.meta:  # its readers in the run are gone already (they come after it)
+                g.erase_node(u)
         g.erase_node(n)
     g.eliminate_dead_code()
     g.lint()

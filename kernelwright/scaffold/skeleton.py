@@ -313,15 +313,13 @@ def _c_params(seg: Segment, pointer_suffix: str = "_ptr") -> list[str]:
     return out
 
 
-def _c_index(a: KernelArg, flat: str, helper: bool = False) -> str:
-    """An input's index for flat position `flat`; `helper`: through kw_bcast_at (CUDA's kernels:
-    32-bit division where it fits), else spelled out (C++, and the view the model is shown)."""
+def _c_index(a: KernelArg, flat: str) -> str:
+    """An input's index for flat position `flat`, spelled out (C++, and the view the model is shown;
+    CUDA's kernels find it through kw_bcast_run / kw_row_at)."""
     if a.pattern == "same":
         return flat
     if a.pattern == "scalar":
         return "0"
-    if helper:
-        return f"kw_bcast_at({flat}, {a.name}_inner, {a.name}_span)"
     return f"(({flat}) / {a.name}_inner) % {a.name}_span"
 
 
@@ -419,6 +417,28 @@ __device__ __forceinline__ int64_t kw_bcast_at(int64_t i, int64_t inner, int64_t
         && static_cast<uint64_t>(span) <= 0xffffffffull)
         return static_cast<uint32_t>(i) / static_cast<uint32_t>(inner) % static_cast<uint32_t>(span);
     return i / inner % span;
+}
+// The positions of VEC consecutive flat indices base, base + 1, ... of a broadcast input: one
+// division for all of them, then a step (the elementwise kernel; a division an element made a
+// kernel with three channel vectors instruction-bound, H200 2026-12-04: 0.38 of copy bandwidth).
+template <int V>
+__device__ __forceinline__ void kw_bcast_run(int64_t base, int64_t inner, int64_t span, int64_t* at) {
+    int64_t q, p;
+    if (static_cast<uint64_t>(base) <= 0xffffffffull && static_cast<uint64_t>(inner) <= 0xffffffffull
+        && static_cast<uint64_t>(span) <= 0xffffffffull) {
+        const uint32_t q32 = static_cast<uint32_t>(base) / static_cast<uint32_t>(inner);
+        q = q32;
+        p = q32 % static_cast<uint32_t>(span);
+    } else {
+        q = base / inner;
+        p = q % span;
+    }
+    int64_t r = base - q * inner;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        at[k] = p;
+        if (++r == inner) { r = 0; if (++p == span) p = 0; }
+    }
 }
 // A broadcast input read along one row of a row kernel: its position kw_bcast_at(row * cols + j),
 // found once a row for the shapes rows take (one value per row: inner a multiple of cols; a vector
@@ -535,8 +555,13 @@ def cuda_kernel(seg: Segment) -> tuple[str, str, str]:
         same = [a for a in seg.args if a.pattern == "same"]
         loads = "".join(f"        float kw_lane_{a.name}[{VEC}];\n"
                         f"        kw_load4({a.name}_ptr, kw_base, n, kw_lane_{a.name});\n" for a in same)
+        loads += "".join(f"        int64_t kw_at_{a.name}[{VEC}];\n"
+                         f"        kw_bcast_run<{VEC}>(kw_base, {a.name}_inner, {a.name}_span, kw_at_{a.name});\n"
+                         for a in seg.args if a.pattern == "broadcast")
         lane = "".join(f"            const float {a.name} = kw_lane_{a.name}[kw_k];\n" if a.pattern == "same" else
-                       f"            const float {a.name} = static_cast<float>({a.name}_ptr[{_c_index(a, 'i', True)}]);\n"
+                       f"            const float {a.name} = static_cast<float>({a.name}_ptr[kw_at_{a.name}[kw_k]]);\n"
+                       if a.pattern == "broadcast" else
+                       f"            const float {a.name} = static_cast<float>({a.name}_ptr[0]);\n"
                        for a in seg.args)
         kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t n) {{\n"
                   f"    const int64_t kw_stride = static_cast<int64_t>(gridDim.x) * blockDim.x * {VEC};\n"
@@ -726,9 +751,42 @@ def _tri_index(a: KernelArg, flat: str) -> Optional[str]:
     return f"(({flat}) // {a.name}_inner) % {a.name}_span"
 
 
-def _tri_loads(seg: Segment, flat: str, indent: str) -> str:
+# A broadcast input read along a row kernel's row, the Triton twin of CUDA's kw_row_bcast: the
+# launcher picks MODE from (inner, span, cols), so the position `((row * cols + offs) // inner) %
+# span` is found once a row where the shape allows (a 64-bit division and modulo per value
+# otherwise: a LayerNorm's weight and bias cost two a value, and a vector read along the row as
+# `offs` is a contiguous, vectorised load).
+TRITON_ROW_AT = '''@triton.jit
+def kw_row_at(row, cols, offs, inner, span, MODE: tl.constexpr):
+    if MODE == 0:  # one value per row
+        at = (row * cols // inner) % span + offs * 0
+    elif MODE == 1:  # a vector along the row
+        at = (row * cols) % span + offs
+    else:
+        at = ((row * cols + offs) // inner) % span
+    return at
+
+
+'''
+TRITON_ROW_MODE = '''def _kw_row_mode(inner, span, cols):
+    """kw_row_at's MODE for a broadcast input of a row kernel."""
+    if inner % cols == 0:
+        return 0
+    return 1 if inner == 1 and span % cols == 0 else 2
+
+
+'''
+
+
+def _tri_loads(seg: Segment, flat: str, indent: str, shown: bool = False) -> str:
+    """The kernel's input loads; `shown`: as the model is shown them (the per-value position: the
+    view names nothing of the launch machinery, which a small model copies)."""
     out = []
     for a in seg.args:
+        if a.pattern == "broadcast" and seg.kind == SegmentKind.ROW and not shown:
+            at = f"kw_row_at(row, cols, offs, {a.name}_inner, {a.name}_span, {a.name}_MODE)"
+            out.append(f"{indent}{a.name} = tl.load({a.name}_ptr + {at}, mask=mask, other=0.0).to(tl.float32)")
+            continue
         idx = _tri_index(a, flat)
         if idx is None:
             out.append(f"{indent}{a.name} = tl.load({a.name}_ptr).to(tl.float32)")
@@ -740,9 +798,10 @@ def _tri_loads(seg: Segment, flat: str, indent: str) -> str:
 ROW_Y_INIT = "    y = tl.sum(x * 0.0, axis=0)\n"  # a per-row y before the region: a float32 scalar
 
 
-def triton_kernel(seg: Segment) -> tuple[str, str]:
+def triton_kernel(seg: Segment, shown: bool = False) -> tuple[str, str]:
     """(`@triton.jit` kernel with PLACEHOLDER where the region goes, the region's indent): the
-    skeleton's and the pre-check's."""
+    skeleton's and the pre-check's; `shown`: the kernel as the model sees it (a row's broadcast
+    inputs read per value, no kw_row_at)."""
     params = []
     for a in seg.args:
         params.append(f"{a.name}_ptr")
@@ -762,12 +821,15 @@ def triton_kernel(seg: Segment) -> tuple[str, str]:
                 "    tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)\n"), indent
     store = ("    tl.store(out_ptr + row, y.to(out_ptr.dtype.element_ty))\n" if seg.per_row_output else
              "    tl.store(out_ptr + row * cols + offs, y.to(out_ptr.dtype.element_ty), mask=mask)\n")
-    return ("@triton.jit\n"
-            f"def kw_fused_kernel({', '.join(params)}, cols, BLOCK: tl.constexpr):\n"
+    # MODE 2 (per value) by default: the pre-check's stand-in passes every input as a full array
+    modes = "" if shown else "".join(f", {a.name}_MODE: tl.constexpr = 2" for a in seg.args if a.pattern == "broadcast")
+    helper = TRITON_ROW_AT if modes else ""
+    return (f"{helper}@triton.jit\n"
+            f"def kw_fused_kernel({', '.join(params)}, cols, BLOCK: tl.constexpr{modes}):\n"
             "    row = tl.program_id(0).to(tl.int64)\n"
             "    offs = tl.arange(0, BLOCK)\n"
             "    mask = offs < cols\n"
-            f"{_tri_loads(seg, 'row * cols + offs', indent)}"
+            f"{_tri_loads(seg, 'row * cols + offs', indent, shown)}"
             + (ROW_Y_INIT if seg.per_row_output else "    y = x\n")
             + f"{indent}{PLACEHOLDER}\n" + store), indent
 
@@ -787,11 +849,15 @@ def _triton(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
                   f"    out = torch.empty({size}, device=x.device, dtype={PY_DTYPES[seg.out_dtype]})\n"
                   "    block = triton.next_power_of_2(cols)\n"
                   '    warps = KW_LAUNCH["warps"] or (4 if block <= 2048 else (8 if block <= 8192 else 16))\n'
-                  "    kw_fused_kernel[(rows,)]({args}, out, cols, BLOCK=block, num_warps=warps)\n")
+                  "    kw_fused_kernel[(rows,)]({args}, out, cols, BLOCK=block, num_warps=warps{modes})\n")
         default = "# (empty)"
+    modes = "".join(f", {a.name}_MODE=_kw_row_mode({a.name}_inner, {a.name}_span, cols)"
+                    for a in seg.args if a.pattern == "broadcast" and seg.kind == SegmentKind.ROW)
+    launch = launch.replace("{modes}", modes)
     # a per-row y starts as a scalar of the right type so that an empty region compiles; shown, the
     # line was the answer (H200, 2026-12-03: 6 of 13 row answers were `y = tl.sum(x * 0.0, axis=0)`)
-    view = kernel.replace(ROW_Y_INIT, "") if seg.per_row_output else kernel
+    view = triton_kernel(seg, shown=True)[0]
+    view = view.replace(ROW_Y_INIT, "") if seg.per_row_output else view
     kernel_prog, kernel_view = _marked(kernel, indent, "#", view)
     args = ", ".join(["x"] + [p for a in seg.extras for p in
                               ([a.name, f"{a.name}_inner", f"{a.name}_span"] if a.pattern == "broadcast"
@@ -801,7 +867,7 @@ def _triton(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
                                          if a.pattern == "broadcast" else [a.name])]
         + (["cols"] if seg.kind == SegmentKind.ROW else [])) + "):\n").replace("(x, )", "(x)")
     launcher += launch.replace("{args}", args) + "    return out\n"
-    launcher = f"{launch_line(default_launch(seg, 'triton'))}\n\n\n{launcher}"
+    launcher = f"{launch_line(default_launch(seg, 'triton'))}\n\n\n{TRITON_ROW_MODE if modes else ''}{launcher}"
     header = "import math\n\nimport torch\nimport triton\nimport triton.language as tl\n"
     call = f"kw_launch({', '.join(['x'] + _ext_args(seg))})"
     program = _assemble_program(plan, header, kernel_prog + "\n\n" + launcher, _wrapper(seg, call))

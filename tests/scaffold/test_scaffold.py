@@ -73,6 +73,11 @@ def test_segments_are_what_the_references_compute(plans) -> None:
     assert seg.targets == ["relu", "mean"] and seg.row_dims == 2 and seg.per_row_output
     # the pooling window after tanh is not row-local either
     assert plans["builtin/L2/11_conv2d_groupnorm_tanh_maxpool"].segment.targets == ["tanh"]
+    # the residual add is in the row kernel although the end casts back to its dtype (`.to(h.dtype)`
+    # reads only what the trace fixed): no pass over three tensors is left to PyTorch before it
+    p = plans["builtin/L2/07_residual_add_rmsnorm_bf16"]
+    assert p.segment.targets[0] == "add" and [a.pattern for a in p.segment.args] == ["same", "same", "broadcast"]
+    assert "fused = kw_fused(x, residual, weight)" in p.model_new and "+ residual" not in p.model_new
 
 
 def test_model_new_keeps_the_reference_init_and_calls_the_kernel(plans) -> None:
