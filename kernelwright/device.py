@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Optional
 
 from kernelwright.errors import EvaluatorError, GPUUnavailableError
 
@@ -53,12 +54,41 @@ def device_key(device: str) -> str:
     return "cuda:0" if device == "cuda" else device
 
 
+def physical_id(device: str, visible: Optional[str] = None) -> Optional[str]:
+    """The driver's name for `device` (`cuda`, `cuda:N`): N itself, or the N-th entry of
+    CUDA_VISIBLE_DEVICES when that is set (an index or a UUID, both of which nvidia-smi's `-i` and
+    pynvml accept); None when CUDA_VISIBLE_DEVICES hides it. `visible` defaults to this process's
+    CUDA_VISIBLE_DEVICES, which the evaluator's workers inherit."""
+    index = int(device_key(device).split(":")[1])
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if visible is None:
+        return str(index)
+    entries: list[str] = []
+    for entry in (e.strip() for e in visible.split(",")):
+        if not entry or entry.lstrip("-").isdigit() and int(entry) < 0:
+            break  # CUDA stops at the first invalid entry; -1 hides all that follow
+        entries.append(entry)
+    return entries[index] if index < len(entries) else None
+
+
+def lock_key(device: str) -> str:
+    """`device` as the machine names it, for what every process on it shares (the device locks,
+    the memory ledger): a GPU by its driver index (or UUID) behind CUDA_VISIBLE_DEVICES. Ray gives
+    each task its GPU as `cuda:0` (CUDA_VISIBLE_DEVICES=<the GPU>): keyed by `cuda:0`, evaluations
+    on two GPUs of a host would wait for each other's timings and share one memory ledger."""
+    key = device_key(device)
+    if not key.startswith("cuda:"):
+        return key
+    ident = physical_id(key)
+    return key if ident is None else "cuda:" + re.sub(r"[^\w.-]", "_", ident)
+
+
 def lock_dir() -> Path:
     return Path(os.environ.get("KERNELWRIGHT_LOCK_DIR") or "/tmp/kernelwright-device-locks")
 
 
 def lock_path(device: str, kind: str = "") -> Path:
-    return lock_dir() / f"{device_key(device)}{'.' + kind if kind else ''}.lock"
+    return lock_dir() / f"{lock_key(device)}{'.' + kind if kind else ''}.lock"
 
 
 def _open(path: Path) -> IO[str]:

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Protocol
 
 from kernelwright.confine import Cgroup, children_map, descendants
-from kernelwright.device import _open, device_key, lock_dir
+from kernelwright.device import _open, device_key, lock_dir, lock_key, physical_id
 
 log = logging.getLogger(__name__)
 
@@ -66,23 +66,6 @@ class MemoryReader(Protocol):
 
     def process_memory(self, device: str) -> Optional[dict[int, int]]:
         """{host pid: bytes} of the processes using `device`, or None when the driver does not say."""
-
-
-def physical_id(device: str, visible: Optional[str] = None) -> Optional[str]:
-    """The driver's name for `device` (`cuda`, `cuda:N`): N itself, or the N-th entry of
-    CUDA_VISIBLE_DEVICES when that is set (an index or a UUID, both of which nvidia-smi's `-i` and
-    pynvml accept); None when CUDA_VISIBLE_DEVICES hides it. `visible` defaults to this process's
-    CUDA_VISIBLE_DEVICES, which the evaluator's workers inherit."""
-    index = int(device_key(device).split(":")[1])
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
-    if visible is None:
-        return str(index)
-    entries: list[str] = []
-    for entry in (e.strip() for e in visible.split(",")):
-        if not entry or entry.lstrip("-").isdigit() and int(entry) < 0:
-            break  # CUDA stops at the first invalid entry; -1 hides all that follow
-        entries.append(entry)
-    return entries[index] if index < len(entries) else None
 
 
 def parse_memory_csv(text: str) -> Optional[tuple[int, int]]:
@@ -351,9 +334,11 @@ class Ledger:
 
     def __post_init__(self) -> None:
         self.device = device_key(self.device)
-        self.admitted_path = self.folder / f"{self.device}.memory.json"
-        self.footprints_path = self.folder / f"{self.device}.footprints.json"
-        self.lock_path = self.folder / f"{self.device}.memory.lock"
+        # files named by the GPU the machine sees (device.lock_key), the reader asked by this process's name
+        name = lock_key(self.device)
+        self.admitted_path = self.folder / f"{name}.memory.json"
+        self.footprints_path = self.folder / f"{name}.footprints.json"
+        self.lock_path = self.folder / f"{name}.memory.lock"
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

@@ -107,6 +107,11 @@ class CellDone:
     cell: Cell  # the study's StudyCell
 
 
+@dataclass(frozen=True)
+class ExecutorReady:
+    layout: str  # where evaluations run, in one line (a Ray cluster's nodes, CPUs and GPUs)
+
+
 Event = Union[NoScaffold, Routed, Asking, Generating, Searched, Evaluating, Judged, Step, Round, CellStarted,
-              AttemptDone, CellSkipped, CellDone]
+              AttemptDone, CellSkipped, CellDone, ExecutorReady]
 EventFn = Callable[[Event], None]

@@ -1,5 +1,5 @@
 # The H200 runs of docs/results/*-h200*.md, as run through the device tool (see scripts/device_env.sh).
-# Usage on the device, from the checkout: `bash scripts/h200_session.sh chunk|place|check|skel|search|steps RUNS|side|start|copy|pool|simple K/N|gputests FILES|poll S|collect`.
+# Usage on the device, from the checkout: `bash scripts/h200_session.sh chunk|place|check|skel|skelt|gemm|search|steps RUNS|side|start|opt|scaling|copy|pool|simple K/N|gputests FILES|poll S|collect`.
 # Long jobs run detached from a copy (/tmp/kwb) so that a later call's fresh checkout cannot change
 # them; each writes its log under /tmp/kwout. Detached means `setsid nohup`: a job left in the call's
 # process group dies with the call. And the machine is given back 30 s after a call ends: while a
@@ -133,12 +133,24 @@ opt)  # issue #20: `opt TARGET MINUTES`: optimize on examples/gemm_bias_gelu.py,
       /tmp/kwout/gemm_bias_gelu.py --model qwen2.5-coder-1.5b --device cuda --target ${2:-triton} \
       --budget-minutes ${3:-6}; echo exit \$?" > /tmp/kwout/optimize-${2:-triton}.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
+scaling)  # issue #21, on a kind with several GPUs (nvidia-h200-x2 or larger): the suite's oracle and
+  # wrong regions through Ray on 1 GPU and on all of them, one GPU's workers killed in the last run,
+  # detached, from a copy of its own (/tmp/kwr); `scaling ARGS` passes more (e.g. --slots 2). Ray may
+  # not be in the device image (`python3 -c "import ray"`): its cp312 wheel is 79 MB (2.60.0), more
+  # than one call carries: carry it in two chunks as the model's, `cat` them into /tmp/ray.whl and
+  # `pip install --no-index --no-deps --target /tmp/site` it with msgpack, jsonschema's set and click
+  # downloaded beside .whl/ (not measured yet: no kind with several GPUs has been lent)
+  bash "$0" copy /tmp/kwr
+  cd /tmp/kwr
+  PYTHONPATH=/tmp/site:/tmp/kwr setsid nohup python3 benchmarks/ray_scaling.py --device cuda --target cuda \
+    --target triton --kill --out /tmp/kwout/scaling.md "${@:2}" > /tmp/kwout/scaling.log 2>&1 < /dev/null &
+  disown -a; sleep 2; echo started ;;
 poll)  # wait up to $2 seconds for the detached jobs, printing where they are
   end=$((SECONDS + ${2:-300}))
-  while [ $SECONDS -lt $end ] && pgrep -f "[k]ernelwright.cli.main (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing|[s]keleton_speed|[g]emm_check" > /dev/null; do sleep 10; done
+  while [ $SECONDS -lt $end ] && pgrep -f "[k]ernelwright.cli.main (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing|[s]keleton_speed|[g]emm_check|[r]ay_scaling" > /dev/null; do sleep 10; done
   for f in /tmp/kwout/*.log; do echo "== $f"; tail -c 1500 "$f" | tr '\r' '\n' | tail -n 8; done
   for f in /tmp/st/*/cells.jsonl; do [ -f "$f" ] && echo "$f: $(wc -l < "$f") cells"; done
-  pgrep -fa "[k]ernelwright.cli.main (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing|[s]keleton_speed|[g]emm_check" | cut -c1-120 ;;
+  pgrep -fa "[k]ernelwright.cli.main (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing|[s]keleton_speed|[g]emm_check|[r]ay_scaling" | cut -c1-120 ;;
 pool)  # the throughput benchmark's pool pass, detached, on a quiet machine (nothing else running)
   cd /tmp/kwb
   PYTHONPATH=/tmp/site:/tmp/kwb setsid nohup python3 benchmarks/eval_throughput.py --set gpu --device cuda \

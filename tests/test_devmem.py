@@ -239,6 +239,25 @@ def test_cuda_visible_devices_maps_to_the_physical_gpu(monkeypatch):
     assert devmem.physical_id("cuda:1") == "7"
 
 
+def test_locks_and_ledgers_are_the_physical_gpus(tmp_path, monkeypatch):
+    """Ray gives every task its GPU as cuda:0: two tasks on two GPUs of a host must not share a
+    device lock or a memory ledger, and one GPU must be one lock whatever its index in a process."""
+    from kernelwright.device import lock_key, lock_path
+
+    monkeypatch.setenv("KERNELWRIGHT_LOCK_DIR", str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert lock_key("cuda") == lock_key("cuda:0") == "cuda:0" and lock_key("cpu") == "cpu"
+    plain = lock_path("cuda:3", "admission")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert lock_key("cuda:0") == "cuda:3" and lock_path("cuda:0", "admission") == plain
+    ledger = Ledger("cuda:0", Driver(), folder=tmp_path)
+    assert ledger.admitted_path.name == "cuda:3.memory.json" and ledger.device == "cuda:0"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2")
+    assert lock_key("cuda:1") == "cuda:2" and lock_key("cuda:5") == "cuda:5"  # hidden: its own name
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8f3a/x")
+    assert lock_key("cuda") == "cuda:GPU-8f3a_x"
+
+
 def test_the_nvidia_smi_reader_asks_for_the_physical_gpu(tmp_path, monkeypatch):
     """A real program in nvidia-smi's place that prints its sample text and logs its arguments."""
     args = tmp_path / "args"

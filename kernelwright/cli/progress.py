@@ -16,7 +16,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from kernelwright.events import AttemptDone, CellDone, CellSkipped, Event
+from kernelwright.events import AttemptDone, CellDone, CellSkipped, Event, ExecutorReady
 
 
 class StudyProgress:
@@ -63,5 +63,7 @@ class StudyProgress:
                                        highlight=False, soft_wrap=True)
             elif isinstance(e, CellSkipped):
                 self.console.print(f"left pending: {e.key}: {e.why}", highlight=False, soft_wrap=True)
+            elif isinstance(e, ExecutorReady):
+                self.console.print(e.layout, highlight=False, soft_wrap=True)
             if self._bar is not None:
                 self.progress.update(self._bar, description=self._describe())

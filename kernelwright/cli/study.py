@@ -48,7 +48,7 @@ def run_cmd(
     max_tokens: Annotated[int | None, typer.Option(help="Decoding budget per generated program.")] = None,
     facts: Annotated[Path | None, typer.Option(help="Folder of recorded task facts (default: OUT/facts).")] = None,
     jobs: Annotated[int | None, typer.Option(help="Cells in flight at once (default: two per device).")] = None,
-    slots: Annotated[int | None, typer.Option(help="Evaluations at once per device (local pool; default 1). Timing stays exclusive.")] = None,
+    slots: Annotated[int | None, typer.Option(help="Evaluations at once per device (local pool) or per GPU (ray); default 1. Timing stays exclusive.")] = None,
     cache_dir: Annotated[str | None, typer.Option(help="The evaluator's build cache.")] = None,
     timeout: Annotated[float | None, typer.Option(help="Evaluation time limit per candidate, seconds.")] = None,
     trials: Annotated[int | None, typer.Option(help="Correctness trials per candidate.")] = None,
@@ -58,7 +58,9 @@ def run_cmd(
     compile_baseline: Annotated[bool | None, typer.Option("--compile-baseline/--no-compile-baseline", help="Also time torch.compile(reference) for Table I's fast_1 vs torch.compile (default: on in a study with a search regime, else off).")] = None,
     size: Annotated[str | None, typer.Option(help="Task size: small, full or auto.")] = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Redo cells recorded as failed.")] = False,
-    executor: Annotated[str | None, typer.Option(help="Where evaluations run: local (this machine's pool, the default), direct (a sandboxed child per candidate) or ray (RAY_ADDRESS; docs/scaling.md).")] = None,
+    executor: Annotated[str | None, typer.Option(help="Where evaluations run: local (this machine's pool, the default), direct (a sandboxed child per candidate) or ray (docs/scaling.md).")] = None,
+    ray_address: Annotated[str | None, typer.Option(help="With --executor ray: the cluster (default: RAY_ADDRESS, else a local cluster started for the run).")] = None,
+    model_gpu: Annotated[str | None, typer.Option(help="With --executor ray and a model on a GPU: shared (default: that GPU evaluates too) or own (a local cluster is started without it).")] = None,
 ) -> None:
     """Run (or resume) a study: every regime x task x seed cell not already in OUT/cells.jsonl."""
     from kernelwright.cli.progress import StudyProgress
@@ -69,7 +71,8 @@ def run_cmd(
                  "n": n, "turns": turns, "seeds": seeds, "devices": _split(devices), "target": target,
                  "max_tokens": max_tokens, "facts": str(facts) if facts else None, "jobs": jobs, "slots": slots,
                  "cache_dir": cache_dir, "eval.timeout": timeout, "eval.trials": trials, "eval.iters": iters, "eval.warmup": warmup,
-                 "eval.time": timing, "eval.size": size, "eval.compile_baseline": compile_baseline, "executor": executor}
+                 "eval.time": timing, "eval.size": size, "eval.compile_baseline": compile_baseline, "executor": executor,
+                 "ray_address": ray_address, "model_gpu": model_gpu}
     spec = load_spec(study_file, overrides)
     display = StudyProgress(err)
 

@@ -18,17 +18,29 @@ never leave two lines. A candidate that raises is an outcome (a verdict), never 
 remote functions return verdicts and raise only for the machinery.
 
 Ray sets CUDA_VISIBLE_DEVICES for a task to the GPU it assigned, so inside the task the GPU is
-always `cuda:0`. A GPU that stops answering after a candidate raises RemoteGPUError in the
-driver: the cell is recorded as failed; taking that GPU out of the cluster is the operator's job.
+always `cuda:0`; its device lock and memory ledger are keyed by the GPU the host sees
+(device.lock_key), so evaluations on several GPUs of one host overlap, and `slots_per_gpu` > 1
+evaluations that share a GPU (a fraction of it each, in Ray's terms) take turns for their timings
+as the local pool's slots do. A GPU that stops answering after a candidate raises RemoteGPUError
+in the driver: the cell is recorded as failed; taking that GPU out of the cluster is the
+operator's job.
+
+Which cluster: `address` (or RAY_ADDRESS) names one that is running; without either a local one
+is started for the run with this machine's GPUs, less `exclude_gpus` (a model generating on a GPU
+of its own; the raylet is started with CUDA_VISIBLE_DEVICES naming the others, so Ray never
+hands that GPU to an evaluation).
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from kernelwright.errors import GPUUnavailableError
+from kernelwright.errors import BadInput, GPUUnavailableError
 from kernelwright.evaluate.evaluator import EvalConfig, Prepared, check_gpu_after, precheck, run_prepared
 from kernelwright.executors.dedupe import LinkTable, result_key
 from kernelwright.executors.pool import builds_extension
@@ -50,6 +62,14 @@ def _prebuild(task: Task, pre: Prepared, cfg: EvalConfig, env: dict[str, str]) -
     return run_prepared(task, pre, cfg, prebuild=True), _node_id()
 
 
+def _place() -> str:
+    """Where this task runs: its node, and the GPU Ray gave it as the host names it (`node/gpu`)."""
+    import ray
+
+    gpus = ray.get_gpu_ids()
+    return _node_id() + ("/" + ",".join(str(g) for g in gpus) if gpus else "")
+
+
 def _evaluate(task: Task, pre: Prepared, cfg: EvalConfig) -> tuple[EvalResult, str]:
     cfg = replace(cfg)
     if cfg.device.startswith("cuda"):
@@ -57,8 +77,51 @@ def _evaluate(task: Task, pre: Prepared, cfg: EvalConfig) -> tuple[EvalResult, s
     try:
         result = check_gpu_after(run_prepared(task, pre, cfg), cfg)
     except GPUUnavailableError as e:
-        raise RemoteGPUError(f"on node {_node_id()}: {e}") from None
-    return result, _node_id()
+        raise RemoteGPUError(f"on {_place()}: {e}") from None
+    return result, _place()
+
+
+def host_gpus() -> list[str]:
+    """This machine's GPUs as CUDA numbers them for this process: CUDA_VISIBLE_DEVICES's entries
+    when set, else the driver's indices (nvidia-smi; none without it)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [e.strip() for e in visible.split(",") if e.strip()]
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+
+
+def _start_local(gpus: Optional[Sequence[str]], exclude: Sequence[str], runtime_env: Optional[dict[str, Any]],
+                 cpus: Optional[int] = None) -> None:
+    """A Ray instance of this machine for the run: its GPUs (`gpus`, default host_gpus()) less
+    `exclude`, given to the raylet as CUDA_VISIBLE_DEVICES (Ray's GPU ids are then those entries),
+    and `cpus` of its cores (default all)."""
+    import ray
+
+    if gpus is None and not exclude:
+        ray.init(address="local", num_cpus=cpus, runtime_env=runtime_env, log_to_driver=False,
+                 include_dashboard=False)
+        return
+    keep = [g for g in (host_gpus() if gpus is None else list(gpus)) if g not in set(exclude)]
+    if exclude and not keep:
+        raise BadInput(f"no GPU is left to evaluate on once GPU {', '.join(exclude)} is kept for the model "
+                       "(model_gpu = shared lends it to both)")
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    # the raylet inherits this at its start; this process's CUDA is set up already or reads it later,
+    # so the variable is given back as it was before anything here initialises CUDA
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(keep)
+    try:
+        ray.init(address="local", num_gpus=len(keep), num_cpus=cpus, runtime_env=runtime_env, log_to_driver=False,
+                 include_dashboard=False)
+    finally:
+        if before is None:
+            del os.environ["CUDA_VISIBLE_DEVICES"]
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
 def _gpu_arch() -> str:
@@ -76,21 +139,36 @@ class RayStats:
     decided_at_build: int = 0
     evaluated: int = 0
     by_node: dict[str, int] = field(default_factory=dict)  # node id -> evaluations it returned
+    by_gpu: dict[str, int] = field(default_factory=dict)  # `node/gpu` -> GPU evaluations it returned
 
 
 class RayExecutor:
     def __init__(self, address: Optional[str] = None, max_retries: int = 3, build_cpus: int = 2,
-                 cuda_arch: Optional[str] = None, runtime_env: Optional[dict[str, Any]] = None) -> None:
+                 cuda_arch: Optional[str] = None, runtime_env: Optional[dict[str, Any]] = None,
+                 slots_per_gpu: int = 1, gpus: Optional[Sequence[str]] = None,
+                 exclude_gpus: Sequence[str] = (), cpus: Optional[int] = None) -> None:
         try:
             import ray
         except ImportError as e:  # the optional extra
             raise RuntimeError("the ray executor needs Ray: pip install 'kernelwright[ray]'") from e
+        if slots_per_gpu < 1:
+            raise BadInput("slots_per_gpu must be at least 1")
         self._ray = ray
         self._owns_ray = not ray.is_initialized()
+        address = address or os.environ.get("RAY_ADDRESS") or None
+        if (gpus is not None or exclude_gpus or cpus is not None) and (address or not self._owns_ray):
+            raise BadInput("which GPUs and CPUs evaluate is chosen when a local cluster starts; on a running "
+                             "cluster, start its nodes with what they should lend (`ray start --num-gpus "
+                             "--num-cpus`, CUDA_VISIBLE_DEVICES)")
         if self._owns_ray:
-            # address None: RAY_ADDRESS if set, else a local Ray on this machine
-            ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
-        self.max_retries, self.build_cpus = max_retries, build_cpus
+            if address:
+                ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+            else:
+                _start_local(gpus, [str(g) for g in exclude_gpus], runtime_env, cpus)
+        # a prebuild asking for more CPUs than a node has would wait for ever
+        self.max_retries, self.build_cpus = max_retries, build_cpus if cpus is None else max(1, min(build_cpus, cpus))
+        # a GPU evaluation asks for this much of a GPU: `slots_per_gpu` of them share one
+        self.gpu_share = 1.0 / slots_per_gpu
         self._cuda_arch = cuda_arch
         self._prebuild = ray.remote(_prebuild)
         self._evaluate = ray.remote(_evaluate)
@@ -130,7 +208,7 @@ class RayExecutor:
     def _arch(self) -> str:
         with self._lock:
             if self._cuda_arch is None:
-                self._cuda_arch = self._ray.get(self._arch_task.options(num_gpus=1, num_cpus=0).remote())
+                self._cuda_arch = self._ray.get(self._arch_task.options(num_gpus=self.gpu_share, num_cpus=0).remote())
             return self._cuda_arch
 
     def _run(self, task: Task, pre: Prepared, cfg: EvalConfig) -> EvalResult:
@@ -151,9 +229,9 @@ class RayExecutor:
                 return built
             strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=True)
         try:
-            result, node = ray.get(self._evaluate.options(
-                num_cpus=1, num_gpus=1 if gpu and not cfg.compile_only else 0, max_retries=self.max_retries,
-                scheduling_strategy=strategy).remote(task, pre, cfg))
+            result, place = ray.get(self._evaluate.options(
+                **self.eval_resources(cfg), max_retries=self.max_retries, scheduling_strategy=strategy)
+                .remote(task, pre, cfg))
         except RemoteGPUError:
             raise
         except ray.exceptions.RayTaskError as e:
@@ -161,7 +239,23 @@ class RayExecutor:
             if isinstance(cause, RemoteGPUError):
                 raise cause from None
             raise
+        node = place.split("/", 1)[0]
         with self._lock:
             self.stats.evaluated += 1
             self.stats.by_node[node] = self.stats.by_node.get(node, 0) + 1
+            if "/" in place:
+                self.stats.by_gpu[place] = self.stats.by_gpu.get(place, 0) + 1
         return result
+
+    def eval_resources(self, cfg: EvalConfig) -> dict[str, float]:
+        """What an evaluation asks of Ray: a CPU, and its share of a GPU when it runs on one."""
+        on_gpu = cfg.device.startswith("cuda") and not cfg.compile_only
+        return {"num_cpus": 1, "num_gpus": self.gpu_share if on_gpu else 0}
+
+    def layout(self) -> str:
+        """The cluster as this run uses it, in one line (printed when a study starts)."""
+        res = self._ray.cluster_resources()
+        nodes = sum(1 for n in self._ray.nodes() if n.get("Alive"))
+        gpus = int(res.get("GPU", 0))
+        slots = f", {round(1 / self.gpu_share)} evaluation(s) a GPU" if gpus else ""
+        return f"ray: {nodes} node(s), {int(res.get('CPU', 0))} CPU(s), {gpus} GPU(s){slots}"

@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.device import DeviceLock
-from kernelwright.evaluate import GPUUnavailableError
-from kernelwright.events import AttemptDone, CellDone, CellSkipped, CellStarted, EventFn
+from kernelwright.errors import BadInput
+from kernelwright.evaluate import EvalConfig, GPUUnavailableError
+from kernelwright.events import AttemptDone, CellDone, CellSkipped, CellStarted, EventFn, ExecutorReady
 from kernelwright.executors.base import Executor
 from kernelwright.llm.base import Backend, ServerUnreachable
 from kernelwright.llm.coalesce import CoalescingBackend
@@ -295,6 +296,29 @@ def run_jobs(jobs: Sequence[CellJob], folder: Path, slots: DeviceSlots, concurre
 # -- planning a study --------------------------------------------------------------------------------
 
 
+def fixed_cell(key: str, regime: str, task: Task, candidates: Sequence[tuple[str, str]], cfg: EvalConfig) -> CellJob:
+    """A cell whose candidates are given, not generated: each (label, program) evaluated in turn
+    through the study's executor and logged as an attempt (the label as its response), the cell's
+    verdict its best attempt's. What benchmarks and tests of the executors run, with the study log's
+    guarantees (each cell and attempt once)."""
+    def work(device: str, sink: Callable[[Attempt], None], executor: Executor) -> Cell:
+        from kernelwright.strategies import selection
+
+        attempts = []
+        for i, (label, text) in enumerate(candidates):
+            attempt = Attempt(id=f"{key}/t0/s{i}", task_id=task.id, regime=regime, turn=0, sample=i, prompt_hash="-",
+                              messages=[], raw_response=label, eval=executor.evaluate(task, text, cfg))
+            sink(attempt)
+            attempts.append(attempt)
+        best = selection.select(attempts)
+        return Cell(key=key, task_id=task.id, regime=regime, config_hash=regime, attempt_ids=[a.id for a in attempts],
+                    selected=best.id if best else None, reason=selection.reason(best, len(attempts)),
+                    verdict=best.eval.verdict if best else Verdict.NO_CODE)
+
+    return CellJob(key=key, regime=regime, config_hash=regime, seed=0, task_id=task.id, task_name=task.name,
+                   level=task.level, task_hash=task.source_hash, model="none", work=work)
+
+
 def plan_jobs(spec: StudySpec, backend: Backend, tasks: Sequence[TaskOrFailure],
               facts: Callable[[Task], Any] | None) -> list[CellJob]:
     from kernelwright.strategies import run_regime
@@ -362,6 +386,26 @@ def prefetch_scaffold_plans(spec: StudySpec, todo: Sequence[CellJob], tasks: Seq
         list(pool.map(plan, todo_tasks))
 
 
+def executor_options(spec: StudySpec, backend: object) -> dict[str, Any]:
+    """make_executor's options for the study: the local pool's slots a device; Ray's address, slots
+    a GPU, and the model's GPU kept out of a local cluster when it is to have its own."""
+    if spec.executor == "local":
+        return {"slots_per_device": spec.slots}
+    if spec.executor != "ray":
+        return {}
+    options: dict[str, Any] = {"address": spec.ray_address, "slots_per_gpu": spec.slots}
+    if spec.model_gpu == "own":
+        from kernelwright.device import physical_id
+
+        device = str(getattr(backend, "device", "") or "")
+        ident = physical_id(device) if device.startswith("cuda") else None
+        if ident is None:
+            raise BadInput(f"model_gpu = own: the model {spec.model or 'default'} does not run on a GPU here "
+                           "(an hf: model with ?device=cuda:N has one)")
+        options["exclude_gpus"] = [ident]
+    return options
+
+
 def run_study(spec: StudySpec, *, retry_failed: bool = False, on_event: EventFn = lambda e: None,
               on_plan: Callable[[RunSummary], None] = lambda s: None) -> RunSummary:
     """Run what is missing from the study folder. Writes no record when nothing is missing.
@@ -403,8 +447,9 @@ def _run_as_writer(spec: StudySpec, tasks: Sequence[TaskOrFailure], retry_failed
         ended = "interrupted"
         try:
             prefetch_scaffold_plans(spec, todo, tasks)
-            options = {"slots_per_device": spec.slots} if spec.executor == "local" else {}  # spec: > 1 only there
-            with opened(make_executor(spec.executor, spec.devices, **options)) as executor:
+            with opened(make_executor(spec.executor, spec.devices, **executor_options(spec, inner))) as executor:
+                if hasattr(executor, "layout"):
+                    on_event(ExecutorReady(executor.layout()))
                 summary = run_jobs(todo, spec.out, slots, spec.concurrency, executor, on_event, summary)
             ended = f"stopped: {summary.stopped}" if summary.stopped else "completed"
             return summary

@@ -123,7 +123,14 @@ class StudySpec(BaseModel):
     # (device.py) whatever this is; more slots overlap the rest of an evaluation (start, import,
     # correctness, build loads) with another's, where one slot was the whole study's queue (H200,
     # 2026-12-03e: one slot busy for all 23 minutes of a CUDA search study).
+    # With "ray": evaluations at once per GPU of the cluster (each asks Ray for 1/slots of one).
     slots: int = 1
+    # The Ray cluster ("ray"): its address (else RAY_ADDRESS, else a local one started for the run)
+    ray_address: str | None = None
+    # A model generating on a GPU ("hf:...?device=cuda:N") with a local Ray cluster: "shared", that
+    # GPU evaluates too (its generation and the timings take turns on the device lock), or "own",
+    # the cluster is started without it.
+    model_gpu: str = "shared"
 
     @model_validator(mode="before")
     @classmethod
@@ -188,8 +195,12 @@ class StudySpec(BaseModel):
             raise ValueError(f"unknown executor {self.executor!r}: use {', '.join(EXECUTORS)}")
         if self.jobs < 0 or self.max_tokens < 1 or self.slots < 1:
             raise ValueError("jobs must be >= 0, slots and max_tokens >= 1")
-        if self.slots > 1 and self.executor != "local":
-            raise ValueError(f"slots are the local pool's (--executor local); {self.executor} spreads evaluations itself")
+        if self.slots > 1 and self.executor not in ("local", "ray"):
+            raise ValueError(f"slots are the local pool's or Ray's; {self.executor} runs one evaluation a thread")
+        if self.model_gpu not in ("shared", "own"):
+            raise ValueError(f"model_gpu is shared or own, not {self.model_gpu!r}")
+        if (self.ray_address or self.model_gpu != "shared") and self.executor != "ray":
+            raise ValueError("ray_address and model_gpu are the ray executor's (--executor ray)")
         return self
 
     # -- derived -------------------------------------------------------------------------------

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from kernelwright.evaluate import EvalConfig
-from kernelwright.records import Attempt, Cell, Verdict
+from kernelwright.records import Verdict
 from kernelwright.study.log import ATTEMPTS, CELLS
-from kernelwright.study.runner import CellJob, DeviceSlots, run_jobs
+from kernelwright.study.runner import CellJob, DeviceSlots, fixed_cell, run_jobs
 from kernelwright.tasks import load_task
 from tests.conftest import CANDIDATES, TASKS
 
@@ -75,24 +75,8 @@ def _sandbox_running_with(marker: str) -> bool:
 
 
 def _jobs(task, cfg) -> list[CellJob]:
-    jobs = []
-    for name, plan in CELL_PLAN.items():
-        key = f"cfg/ray_test/{name}"
-
-        def work(device: str, sink, executor, key=key, plan=plan, name=name) -> Cell:
-            ids = []
-            for i, (file, _) in enumerate(plan):
-                result = executor.evaluate(task, (CPU / file).read_text(), cfg)  # the study's executor: Ray
-                attempt = Attempt(id=f"{key}/t0/s{i}", task_id=task.id, regime="ray_test", turn=0, sample=i,
-                                  prompt_hash="-", messages=[], raw_response=file, eval=result)
-                sink(attempt)
-                ids.append(attempt.id)
-            return Cell(key=key, task_id=task.id, regime="ray_test", config_hash="cfg", attempt_ids=ids,
-                        reason="test", verdict=Verdict.CORRECT)
-
-        jobs.append(CellJob(key=key, regime="ray_test", config_hash="cfg", seed=0, task_id=task.id,
-                            task_name=task.name, level=None, task_hash=task.source_hash, model="none", work=work))
-    return jobs
+    return [fixed_cell(f"cfg/ray_test/{name}", "ray_test", task, [(file, (CPU / file).read_text()) for file, _ in plan], cfg)
+            for name, plan in CELL_PLAN.items()]
 
 
 def test_a_study_survives_a_worker_node_dying_mid_job(cluster, tmp_path):

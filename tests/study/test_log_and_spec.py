@@ -56,7 +56,9 @@ def test_a_search_study_times_torch_compile_unless_told_not_to(tmp_path):
     ({"seeds": [1, 1]}, "seeds"),
     ({"target": "fortran"}, "unknown target"),
     ({"slots": 0}, "slots"),
-    ({"slots": 2, "executor": "ray"}, "local pool"),
+    ({"slots": 2, "executor": "direct"}, "local pool's or Ray's"),
+    ({"model_gpu": "own"}, "ray executor"),
+    ({"executor": "ray", "model_gpu": "mine"}, "shared or own"),
 ])
 def test_bad_study_input_is_one_line(tmp_path, overrides, needle):
     with pytest.raises(StudySpecError) as e:

@@ -93,6 +93,22 @@ def test_a_second_run_is_a_no_op(finished, replay, build_cache):
     assert records() == before
 
 
+def test_the_ray_executor_gives_the_same_cells(finished, tmp_path, replay, build_cache, monkeypatch):
+    """The same study through `--executor ray` (a local cluster started for the run, and stopped
+    after it): the same cells, attempts and verdicts as the local pool's run, and where it ran said."""
+    pytest.importorskip("ray")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    out = tmp_path / "ray"
+    r = CliRunner().invoke(app, study_args(out, replay, build_cache, "--executor", "ray"))
+    assert r.exit_code == 0, r.output
+    assert "ray: 1 node(s)" in r.output
+    assert comparable(out) == comparable(finished)
+    assert read_study(out).manifests[0].study["executor"] == "ray"
+    import ray
+
+    assert not ray.is_initialized()  # the run's own cluster went with it
+
+
 def test_killed_and_resumed_equals_uninterrupted(finished, tmp_path, replay, build_cache):
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "kernelwright.cli.main", *study_args(out, replay, build_cache)]
