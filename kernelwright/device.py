@@ -4,9 +4,11 @@ A time measured while something else runs on the same device (another candidate'
 profile, a model generating) is skewed. So every timing (`measure.timing.time_calls`: the
 evaluator's worker, the analysis profile, optimize's baselines), the profiler run, the CPU peak
 measurement, and a study's model while it generates, hold an flock on
-`<lock dir>/<device>.lock`. The folder is one per machine (KERNELWRIGHT_LOCK_DIR, default
-/tmp/kernelwright-device-locks), so threads, sandboxed workers and separate kernelwright runs (two
-studies, a study and an optimize run) all take turns on a device. The kernel drops an flock when
+`<lock dir>/<device>.lock`, the device named as the machine numbers it (`lock_key`: behind
+CUDA_VISIBLE_DEVICES, as under Ray, a process's `cuda:0` may be the host's GPU 3). The folder is
+one per machine (KERNELWRIGHT_LOCK_DIR, default /tmp/kernelwright-device-locks), so threads,
+sandboxed workers and separate kernelwright runs (two studies, a study and an optimize run) all
+take turns on a device. The kernel drops an flock when
 its holder dies, so a killed run never leaves a device locked. Within one thread the lock is
 re-entrant (a worker holds it across the candidate's and the reference's timing, each of which
 takes it again).

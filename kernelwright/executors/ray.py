@@ -124,6 +124,21 @@ def _start_local(gpus: Optional[Sequence[str]], exclude: Sequence[str], runtime_
             os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
+def _reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A `host:port` cluster address answers a TCP connection, else a one-line BadInput: ray.init
+    waits minutes for a head that is not there (2.60: killed after 5 min here). Other forms
+    (`auto`, `ray://`) are Ray's to resolve."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "/" in address:
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise BadInput(f"cannot reach the Ray cluster at {address}: {e.strerror or e}") from None
+
+
 def _gpu_arch() -> str:
     import torch
 
@@ -158,11 +173,16 @@ class RayExecutor:
         address = address or os.environ.get("RAY_ADDRESS") or None
         if (gpus is not None or exclude_gpus or cpus is not None) and (address or not self._owns_ray):
             raise BadInput("which GPUs and CPUs evaluate is chosen when a local cluster starts; on a running "
-                             "cluster, start its nodes with what they should lend (`ray start --num-gpus "
-                             "--num-cpus`, CUDA_VISIBLE_DEVICES)")
+                           "cluster, start its nodes with what they should lend (`ray start --num-gpus "
+                           "--num-cpus`, CUDA_VISIBLE_DEVICES)")
         if self._owns_ray:
             if address:
-                ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+                _reachable(address)
+                try:
+                    ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+                except (ConnectionError, RuntimeError, ValueError) as e:
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                    raise BadInput(f"cannot join the Ray cluster at {address}: {first}") from None
             else:
                 _start_local(gpus, [str(g) for g in exclude_gpus], runtime_env, cpus)
         # a prebuild asking for more CPUs than a node has would wait for ever

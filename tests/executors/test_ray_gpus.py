@@ -25,6 +25,8 @@ def test_which_gpus_evaluate_is_chosen_only_for_a_cluster_started_here(monkeypat
         RayExecutor(slots_per_gpu=0)
     with pytest.raises(BadInput, match="no GPU is left"):  # a one-GPU host whose GPU the model keeps
         RayExecutor(gpus=["0"], exclude_gpus=["0"])
+    with pytest.raises(BadInput, match="cannot reach the Ray cluster at 127.0.0.1:1"):  # at once, not in minutes
+        RayExecutor(address="127.0.0.1:1")
 
 
 def test_a_model_with_a_gpu_of_its_own_keeps_it_out_of_a_local_cluster(tmp_path, monkeypatch):
