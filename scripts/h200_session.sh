@@ -1,5 +1,5 @@
 # The H200 runs of docs/results/*-h200*.md, as run through the device tool (see scripts/device_env.sh).
-# Usage on the device, from the checkout: `bash scripts/h200_session.sh chunk|place|check|skel|skelt|gemm|search|steps RUNS|side|start|opt|scaling|copy|pool|simple K/N|gputests FILES|poll S|collect`.
+# Usage on the device, from the checkout: `bash scripts/h200_session.sh chunk|place|check|skel|skelt|gemm|search|steps RUNS|side|start|opt|ray|scaling|copy|pool|simple K/N|gputests FILES|poll S|collect`.
 # Long jobs run detached from a copy (/tmp/kwb) so that a later call's fresh checkout cannot change
 # them; each writes its log under /tmp/kwout. Detached means `setsid nohup`: a job left in the call's
 # process group dies with the call. And the machine is given back 30 s after a call ends: while a
@@ -139,12 +139,24 @@ scaling)  # issue #21, on a kind with several GPUs (nvidia-h200-x2 or larger): t
   # not be in the device image (`python3 -c "import ray"`): its cp312 wheel is 79 MB (2.60.0), more
   # than one call carries: carry it in two chunks as the model's, `cat` them into /tmp/ray.whl and
   # `pip install --no-index --no-deps --target /tmp/site` it with msgpack, jsonschema's set and click
-  # downloaded beside .whl/ (not measured yet: no kind with several GPUs has been lent)
+  # downloaded beside .whl/ (`ray r0`, `ray r1`). Run on the single H200 (2026-12-04b, `--tasks builtin:1:1-3
+  # --units 1 --units 1 --slots 4`); not on several GPUs yet: no such kind has been lent
   bash "$0" copy /tmp/kwr
   cd /tmp/kwr
   PYTHONPATH=/tmp/site:/tmp/kwr setsid nohup python3 benchmarks/ray_scaling.py --device cuda --target cuda \
     --target triton --kill --out /tmp/kwout/scaling.md "${@:2}" > /tmp/kwout/scaling.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
+ray)  # `ray r0` then `ray r1`: Ray's cp312 wheel (79 MB: `head -c 42M WHEEL > .carry/r0`, `tail -c
+  # +$((42*1048576+1)) WHEEL > .carry/r1`), carried a chunk a call, the second with its dependencies
+  # (.carry/raydeps: msgpack, click, jsonschema, attrs, referencing, rpds-py, jsonschema-specifications,
+  # protobuf; the image has the rest), installed into /tmp/site
+  cat ".carry/$2" >> /tmp/ray.whl && ls -la /tmp/ray.whl
+  if [ "$2" = r1 ]; then
+    mv /tmp/ray.whl /tmp/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+      /tmp/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl .carry/raydeps/*.whl
+    python3 -c "import ray; print('ray', ray.__version__)"
+  fi ;;
 poll)  # wait up to $2 seconds for the detached jobs, printing where they are
   end=$((SECONDS + ${2:-300}))
   while [ $SECONDS -lt $end ] && pgrep -f "[k]ernelwright.cli.main (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing|[s]keleton_speed|[g]emm_check|[r]ay_scaling" > /dev/null; do sleep 10; done

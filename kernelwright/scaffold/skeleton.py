@@ -824,8 +824,12 @@ def triton_kernel(seg: Segment, shown: bool = False) -> tuple[str, str]:
     # MODE 2 (per value) by default: the pre-check's stand-in passes every input as a full array
     modes = "" if shown else "".join(f", {a.name}_MODE: tl.constexpr = 2" for a in seg.args if a.pattern == "broadcast")
     helper = TRITON_ROW_AT if modes else ""
+    # the row's length a compile-time constant, as Inductor compiles a shape: the mask, the row's
+    # offsets and `/ cols` fold (one build per row length; a module has one). H200, 2026-12-04,
+    # device time at each kernel's best warps: log_softmax 0.545 -> 0.404 ms (1.11x -> 1.49x
+    # torch.compile), softmax, LayerNorm, RMSNorm and row max within 1% either way
     return (f"{helper}@triton.jit\n"
-            f"def kw_fused_kernel({', '.join(params)}, cols, BLOCK: tl.constexpr{modes}):\n"
+            f"def kw_fused_kernel({', '.join(params)}, cols: tl.constexpr, BLOCK: tl.constexpr{modes}):\n"
             "    row = tl.program_id(0).to(tl.int64)\n"
             "    offs = tl.arange(0, BLOCK)\n"
             "    mask = offs < cols\n"
