@@ -454,40 +454,40 @@ __device__ __forceinline__ int64_t kw_row_at(const KwRowBcast& b, int64_t row, i
                                              int64_t inner, int64_t span) {
     return b.mode == 0 ? b.base : b.mode == 1 ? b.base + j : kw_bcast_at(row * cols + j, inner, span);
 }
-// 16 bytes of a row (4 floats, 8 halves) as floats in shared memory.
+// A staged row's slot in the block's shared memory: the next 16-byte-aligned bytes after `off`,
+// the row in its own type (a half-precision row staged as floats took twice the bytes: a row max
+// over 32768 fp16 values, 128 KB a block, one block an SM, at 0.48 of copy bandwidth on the H200).
 template <typename T>
-__device__ __forceinline__ void kw_unpack16(const float4& raw, float* dst) {
-    if constexpr (sizeof(T) == 4) {
-        *reinterpret_cast<float4*>(dst) = raw;
-    } else {
-        const T* h = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-        for (int k = 0; k < 16 / static_cast<int>(sizeof(T)); ++k) dst[k] = static_cast<float>(h[k]);
-    }
+__device__ __forceinline__ T* kw_stage_slot(float* base, int64_t& off, int64_t cols) {
+    T* p = reinterpret_cast<T*>(reinterpret_cast<char*>(base) + off);
+    off += (cols * static_cast<int64_t>(sizeof(T)) + 15) / 16 * 16;
+    return p;
 }
-// A row kernel's row of an input copied to shared memory (as float) by the block's threads, so a
-// region that reads the row several times (max, sum, normalise) reads memory once. Four 16-byte
-// loads in flight per thread before their stores: a long row's block is alone on its SM (its
-// shared memory), and one load at a time kept too few bytes in flight for the memory's bandwidth
-// (H200, 2026-12-04: a softmax over rows of 32768 at 0.48 of copy bandwidth, Triton's at 0.98).
+// A row kernel's row of an input copied to shared memory by the block's threads, 16 bytes at a
+// time as they are, so a region that reads the row several times (max, sum, normalise) reads
+// memory once. Four 16-byte loads in flight per thread before their stores: a long row's block
+// has its SM to itself or nearly (its shared memory), and one load at a time kept too few bytes
+// in flight for the memory's bandwidth (H200, 2026-12-04: a softmax over rows of 32768 at 0.48
+// of copy bandwidth, Triton's at 0.98).
 template <typename T>
-__device__ __forceinline__ void kw_stage_row(const T* __restrict__ g, float* s, int64_t cols) {
+__device__ __forceinline__ void kw_stage_row(const T* __restrict__ g, T* s, int64_t cols) {
     constexpr int V = 16 / static_cast<int>(sizeof(T));
-    if ((cols % V) == 0 && (reinterpret_cast<uintptr_t>(g) & 15) == 0) {
+    if ((cols % V) == 0 && ((reinterpret_cast<uintptr_t>(g) | reinterpret_cast<uintptr_t>(s)) & 15) == 0) {
         const float4* g4 = reinterpret_cast<const float4*>(g);
+        float4* s4 = reinterpret_cast<float4*>(s);
         const int64_t nv = cols / V, step = blockDim.x;
         int64_t j = threadIdx.x;
         for (; j + 3 * step < nv; j += 4 * step) {
             const float4 a = g4[j], b = g4[j + step], c = g4[j + 2 * step], d = g4[j + 3 * step];
-            kw_unpack16<T>(a, s + j * V);
-            kw_unpack16<T>(b, s + (j + step) * V);
-            kw_unpack16<T>(c, s + (j + 2 * step) * V);
-            kw_unpack16<T>(d, s + (j + 3 * step) * V);
+            s4[j] = a;
+            s4[j + step] = b;
+            s4[j + 2 * step] = c;
+            s4[j + 3 * step] = d;
         }
-        for (; j < nv; j += step) kw_unpack16<T>(g4[j], s + j * V);
+        for (; j < nv; j += step) s4[j] = g4[j];
         return;
     }
-    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s[j] = static_cast<float>(g[j]);
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s[j] = g[j];
 }
 '''
 # shared memory sized at launch (the pre-check's host shim defines its own)
@@ -582,13 +582,17 @@ def cuda_kernel(seg: Segment) -> tuple[str, str, str]:
         return kernel, indent, ""
     indent = "    "
     staged = _staged(seg)
-    stage = "".join(f"        kw_stage_row({a.name}_ptr + row * cols, kw_stage + {k} * cols, cols);\n"
-                    for k, a in enumerate(staged))
-    rows = "".join(f"    const float* kw_row_{a.name} = kw_staged ? kw_stage + {k} * cols : nullptr;\n"
-                   for k, a in enumerate(staged))
+    # each staged row in its own type; unstaged, the same pointer names the row in memory, so an
+    # accessor is one load and a conversion (it was a choice between the two a value)
+    slots = ("    int64_t kw_off = 0;\n" if staged else "") + "".join(
+        f"    {C_TYPES[a.dtype]}* kw_stage_{a.name} = kw_stage_slot<{C_TYPES[a.dtype]}>(kw_stage, kw_off, cols);\n"
+        for a in staged)
+    stage = "".join(f"        kw_stage_row({a.name}_ptr + row * cols, kw_stage_{a.name}, cols);\n" for a in staged)
+    rows = "".join(f"    const {C_TYPES[a.dtype]}* kw_row_{a.name} = kw_staged ? kw_stage_{a.name} : "
+                   f"{a.name}_ptr + row * cols;\n" for a in staged)
     loads = "".join(
-        f"    auto {a.name} = [&](int64_t j) -> float {{ return kw_row_{a.name} ? kw_row_{a.name}[j] : "
-        f"static_cast<float>({a.name}_ptr[row * cols + j]); }};\n" if a.pattern == "same" else
+        f"    auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>(kw_row_{a.name}[j]); }};\n"
+        if a.pattern == "same" else
         f"    const KwRowBcast kw_at_{a.name} = kw_row_bcast(row, cols, {a.name}_inner, {a.name}_span);\n"
         f"    auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>({a.name}_ptr[kw_row_at("
         f"kw_at_{a.name}, row, cols, j, {a.name}_inner, {a.name}_span)]); }};\n" if a.pattern == "broadcast" else
@@ -600,6 +604,7 @@ def cuda_kernel(seg: Segment) -> tuple[str, str, str]:
               "    KW_DYNAMIC_SHARED(kw_stage);\n"
               "    const int64_t row = blockIdx.x;\n"
               "    if (row >= rows) return;\n"
+              f"{slots}"
               "    if (kw_staged) {\n"
               f"{stage}"
               "        __syncthreads();\n"
@@ -657,10 +662,12 @@ def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
                   f"        {_ptr_args(seg)}, n);\n"
                   "    C10_CUDA_KERNEL_LAUNCH_CHECK();\n")
     else:
-        staged = len(_staged(seg))
+        # the staged rows' bytes, each in its own type and 16-byte aligned (kw_stage_slot)
+        smem = " + ".join(f"(cols * static_cast<int64_t>(sizeof({C_TYPES[a.dtype]})) + 15) / 16 * 16"
+                          for a in _staged(seg)) or "0"
         launch = ("    const int threads = static_cast<int>(std::clamp<int64_t>(kw_threads, 32, 1024) / 32 * 32);\n"
                   "    // stage the rows in shared memory only where they fit beside the reductions' buffers\n"
-                  f"    const int64_t smem = kw_stage ? {staged} * cols * static_cast<int64_t>(sizeof(float)) : 0;\n"
+                  f"    const int64_t smem = kw_stage ? {smem} : 0;\n"
                   "    const int stage = smem > 0 && smem + 1024 <= static_cast<int64_t>(\n"
                   "        at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin) ? 1 : 0;\n"
                   "    if (stage && smem > 48 * 1024)\n"

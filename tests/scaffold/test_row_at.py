@@ -93,3 +93,56 @@ def test_cudas_positions_found_once_are_the_per_value_positions(tmp_path) -> Non
     checked, bad = map(int, subprocess.run([str(tmp_path / "check")], check=True, capture_output=True,
                                            text=True).stdout.split())
     assert checked > 10_000 and bad == 0
+
+
+STAGE_CHECK = r'''
+alignas(16) static uint16_t kw_g16[4096 + 8];
+alignas(16) static float kw_g32[4096 + 8];
+static int64_t kw_cols;
+static int kw_shift;
+static uint16_t* kw_s16;
+static float* kw_s32;
+static void kw_stage_body() {
+    KW_DYNAMIC_SHARED(kw_stage);
+    int64_t off = 0;
+    uint16_t* a = kw_stage_slot<uint16_t>(kw_stage, off, kw_cols);
+    float* b = kw_stage_slot<float>(kw_stage, off, kw_cols);
+    kw_stage_row(kw_g16 + kw_shift, a, kw_cols);
+    kw_stage_row(kw_g32 + kw_shift, b, kw_cols);
+    __syncthreads();
+    if (threadIdx.x == 0) { kw_s16 = a; kw_s32 = b; }
+}
+int main() {
+    for (int i = 0; i < 4096 + 8; ++i) { kw_g16[i] = static_cast<uint16_t>(i * 7 + 1); kw_g32[i] = i * 0.5f + 3.0f; }
+    long bad = 0, checked = 0;
+    for (int64_t cols : {int64_t(1), int64_t(7), int64_t(8), int64_t(12), int64_t(64), int64_t(100), int64_t(4096)})
+        for (int shift : {0, 1}) {  // 1: a row that does not start on 16 bytes (the element-wise path)
+            kw_cols = cols; kw_shift = shift;
+            kw_launch(1, 32, kw_stage_body);
+            bad += ((reinterpret_cast<uintptr_t>(kw_s16) | reinterpret_cast<uintptr_t>(kw_s32)) & 15) != 0;
+            bad += reinterpret_cast<char*>(kw_s32) - reinterpret_cast<char*>(kw_s16) != (cols * 2 + 15) / 16 * 16;
+            for (int64_t j = 0; j < cols; ++j, checked += 2)
+                bad += (kw_s16[j] != kw_g16[shift + j]) + (kw_s32[j] != kw_g32[shift + j]);
+        }
+    printf("%ld %ld\n", checked, bad);
+    return 0;
+}
+'''
+
+
+@pytest.mark.build
+def test_cudas_staged_rows_are_the_rows_in_their_own_type(tmp_path) -> None:
+    """kw_stage_row copies a row to shared memory as it is (16 bytes at a time where aligned, else
+    value by value) and kw_stage_slot lays the rows of two types out 16-byte aligned, each taking
+    its own type's bytes (a half-precision row half a float row's): a 2-byte and a 4-byte row of
+    several lengths, aligned and not, staged by 32 threads of the pre-check's device shim."""
+    from kernelwright.scaffold.precheck.native import COMPILER, FLAGS
+    from kernelwright.scaffold.precheck.native_shim import COMMON, CUDA_SHIM
+    from kernelwright.scaffold.skeleton import CUDA_IO
+
+    src = tmp_path / "stage.cpp"
+    src.write_text(COMMON + CUDA_SHIM + CUDA_IO + STAGE_CHECK)
+    subprocess.run([COMPILER, *FLAGS, str(src), "-o", str(tmp_path / "stage")], check=True, capture_output=True)
+    checked, bad = map(int, subprocess.run([str(tmp_path / "stage")], check=True, capture_output=True,
+                                           text=True).stdout.split())
+    assert checked == 2 * 2 * (1 + 7 + 8 + 12 + 64 + 100 + 4096) and bad == 0

@@ -58,7 +58,7 @@ CUDA_SHIM = r'''
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(8) float2 { float x, y; };
 // the block's dynamically sized shared memory: the probe rows are short
-#define KW_DYNAMIC_SHARED(name) static float name##_store[1 << 16]; float* name = name##_store
+#define KW_DYNAMIC_SHARED(name) alignas(16) static float name##_store[1 << 16]; float* name = name##_store
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
 thread_local dim3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
