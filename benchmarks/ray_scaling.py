@@ -7,7 +7,8 @@ run on all GPUs the Ray workers evaluating on one GPU are killed once some evalu
 (`--kill`): Ray runs their tasks again elsewhere, and the study log must still hold every cell and
 attempt exactly once. Prints, per run, wall time, candidates a minute and the evaluations each GPU
 returned, and whether every verdict equals the one-GPU run's; exits 1 where a verdict differs or a
-cell or attempt is missing or doubled.
+cell or attempt is missing or doubled, or where an oracle region is not judged correct or a wrong
+one is.
 
     python benchmarks/ray_scaling.py --device cuda --target cuda --target triton --kill --out docs/results/scaling.md
     python benchmarks/ray_scaling.py --device cpu --target cpp --units 1 --units 2 --kill  # CPUs for GPUs
@@ -122,6 +123,9 @@ def one_run(units: int, args, cands: list[tuple], cfg: EvalConfig, kill: bool) -
             "cells_once": sorted(c["key"] for c in cells) == sorted(f"scaling/{t}/{task.id}" for task, t, _ in cands),
             "attempts_once": len(ids) == len(set(ids)) == n, "killed": len(killed), "victim": victim,
             "verdicts": {a["id"]: a["eval"]["verdict"] for a in attempts},
+            # the oracle's region correct and the wrong one not (the label is the attempt's response)
+            "as_expected": all((a["eval"]["verdict"] == "correct") == (a["raw_response"] == "correct")
+                               for a in attempts),
             "by_unit": dict(sorted(executor.stats.by_gpu.items() if gpu else executor.stats.by_node.items()))}
 
 
@@ -147,17 +151,18 @@ def main() -> int:
     base = runs[0]["verdicts"]
     unit = "GPU" if args.device != "cpu" else "CPU"
     lines = [f"| {unit}s | candidates | wall s | candidates / min | x the first run | verdicts = first run | "
-             f"cells once | attempts once | workers killed | evaluations per {unit if unit == 'GPU' else 'node'} |",
-             "|---" * 10 + "|"]
+             f"oracle correct, wrong not | cells once | attempts once | workers killed | "
+             f"evaluations per {unit if unit == 'GPU' else 'node'} |", "|---" * 11 + "|"]
     bad = 0
     for r in runs:
         same = r["verdicts"] == base
-        bad += (not same) + (not r["cells_once"]) + (not r["attempts_once"]) + r["failed_cells"]
+        bad += (not same) + (not r["as_expected"]) + (not r["cells_once"]) + (not r["attempts_once"]) + r["failed_cells"]
         per_min = 60 * r["candidates"] / r["wall_s"]
         spread = ", ".join(f"{k.rsplit('/', 1)[-1] if '/' in k else k[:8]}: {v}" for k, v in r["by_unit"].items())
         killed = f"{r['killed']} (on {r['victim']})" if r["killed"] and r["victim"] else str(r["killed"])
         lines.append(f"| {r['units']} | {r['candidates']} | {r['wall_s']:.0f} | {per_min:.1f} | "
                      f"{runs[0]['wall_s'] / r['wall_s']:.2f} | {'yes' if same else 'NO'} | "
+                     f"{'yes' if r['as_expected'] else 'NO'} | "
                      f"{'yes' if r['cells_once'] else 'NO'} | {'yes' if r['attempts_once'] else 'NO'} | {killed} | {spread} |")
     table = "\n".join(lines)
     print(table)
