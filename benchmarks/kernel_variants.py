@@ -76,7 +76,7 @@ def persist(p: str, programs: int = 132 * 4, stages: int = 2) -> str:
     lines[start] = lines[start].replace("out_ptr, cols", "out_ptr, kw_rows, cols", 1)
     r = next(i for i in range(start, end) if lines[i].strip() == "row = tl.program_id(0).to(tl.int64)")
     head = [f"    for row in tl.range(tl.program_id(0), kw_rows, tl.num_programs(0), num_stages={stages}):",
-            "        row = tl.cast(row, tl.int64)"]
+            "        row = tl.cast(row, tl.int64)"]  # measured as row.to(tl.int64), the same cast; this one interprets
     text = "\n".join(lines[:r] + head + ["    " + line if line else line for line in lines[r + 1:end]] + lines[end:])
     text = text.replace("kw_fused_kernel[(rows,)](", f"kw_fused_kernel[(min(rows, {programs}),)](", 1)
     return text.replace(", out, cols, BLOCK=block", ", out, rows, cols, BLOCK=block", 1)

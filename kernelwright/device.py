@@ -65,12 +65,18 @@ def physical_id(device: str, visible: Optional[str] = None) -> Optional[str]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
     if visible is None:
         return str(index)
+    entries = visible_devices(visible)
+    return entries[index] if index < len(entries) else None
+
+
+def visible_devices(visible: str) -> list[str]:
+    """The GPUs a CUDA_VISIBLE_DEVICES value lets CUDA see, in CUDA's order (indices or UUIDs)."""
     entries: list[str] = []
     for entry in (e.strip() for e in visible.split(",")):
         if not entry or entry.lstrip("-").isdigit() and int(entry) < 0:
             break  # CUDA stops at the first invalid entry; -1 hides all that follow
         entries.append(entry)
-    return entries[index] if index < len(entries) else None
+    return entries
 
 
 def lock_key(device: str) -> str:

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
+from kernelwright.device import visible_devices
 from kernelwright.errors import BadInput, GPUUnavailableError
 from kernelwright.evaluate.evaluator import EvalConfig, Prepared, check_gpu_after, precheck, run_prepared
 from kernelwright.executors.dedupe import LinkTable, result_key
@@ -86,7 +87,7 @@ def host_gpus() -> list[str]:
     when set, else the driver's indices (nvidia-smi; none without it)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return [e.strip() for e in visible.split(",") if e.strip()]
+        return visible_devices(visible)
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
                              text=True, timeout=60)

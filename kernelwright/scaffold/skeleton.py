@@ -458,9 +458,13 @@ __device__ __forceinline__ int64_t kw_row_at(const KwRowBcast& b, int64_t row, i
 // the row in its own type (a half-precision row staged as floats took twice the bytes: a row max
 // over 32768 fp16 values, 128 KB a block, one block an SM, at 0.48 of copy bandwidth on the H200).
 template <typename T>
+__host__ __device__ __forceinline__ int64_t kw_stage_bytes(int64_t cols) {
+    return (cols * static_cast<int64_t>(sizeof(T)) + 15) / 16 * 16;  // the host sizes the block's memory by it
+}
+template <typename T>
 __device__ __forceinline__ T* kw_stage_slot(float* base, int64_t& off, int64_t cols) {
     T* p = reinterpret_cast<T*>(reinterpret_cast<char*>(base) + off);
-    off += (cols * static_cast<int64_t>(sizeof(T)) + 15) / 16 * 16;
+    off += kw_stage_bytes<T>(cols);
     return p;
 }
 // A row kernel's row of an input copied to shared memory by the block's threads, 16 bytes at a
@@ -662,9 +666,8 @@ def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
                   f"        {_ptr_args(seg)}, n);\n"
                   "    C10_CUDA_KERNEL_LAUNCH_CHECK();\n")
     else:
-        # the staged rows' bytes, each in its own type and 16-byte aligned (kw_stage_slot)
-        smem = " + ".join(f"(cols * static_cast<int64_t>(sizeof({C_TYPES[a.dtype]})) + 15) / 16 * 16"
-                          for a in _staged(seg)) or "0"
+        # the staged rows' bytes, as kw_stage_slot lays them out
+        smem = " + ".join(f"kw_stage_bytes<{C_TYPES[a.dtype]}>(cols)" for a in _staged(seg)) or "0"
         launch = ("    const int threads = static_cast<int>(std::clamp<int64_t>(kw_threads, 32, 1024) / 32 * 32);\n"
                   "    // stage the rows in shared memory only where they fit beside the reductions' buffers\n"
                   f"    const int64_t smem = kw_stage ? {smem} : 0;\n"

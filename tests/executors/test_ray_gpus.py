@@ -39,6 +39,10 @@ def test_a_model_with_a_gpu_of_its_own_keeps_it_out_of_a_local_cluster(tmp_path,
     assert executor_options(spec, on_gpu1) == {"address": None, "slots_per_gpu": 2, "exclude_gpus": ["1"]}
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")  # the driver's cuda:1 is the host's GPU 5
     assert executor_options(spec, on_gpu1)["exclude_gpus"] == ["5"]
+    from kernelwright.executors.ray import host_gpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4, 5,-1,6")  # CUDA sees none past an invalid entry
+    assert host_gpus() == ["4", "5"]
     with pytest.raises(BadInput, match="does not run on a GPU"):
         executor_options(spec, SimpleNamespace(device="cpu"))
     shared = StudySpec(out=tmp_path, devices=["cuda"], executor="ray", ray_address="auto")
