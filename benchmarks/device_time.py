@@ -71,6 +71,17 @@ def _bench(fn: Any, device: str) -> float:
         return triton.testing.do_bench(fn, return_mode="median")
 
 
+def reference(task: Task, dev: Any, name: str) -> tuple[Any, Any, list]:
+    """(init inputs, the task's Model on `dev` in eval mode, its inputs), drawn from the seed the
+    evaluator uses; KERNELWRIGHT_SIZE must be set before (the module reads it when it loads)."""
+    ref = load_task_module(task.source, task.path or "reference.py", name, keep=True)
+    seed_all(SEED)
+    init = ref.get_init_inputs()
+    seed_all(SEED)
+    model = ref.Model(*copy.deepcopy(init)).to(dev).eval()
+    return init, model, draw_inputs(ref.get_inputs, SEED, dev)
+
+
 def measure(task: Task, programs: dict[str, str], size: str, *, device: str = "cuda",
             compile_baseline: bool = True) -> tuple[DeviceTimes, dict[str, DeviceTimes]]:
     """The eager and torch.compile device times of `task` at `size` on a CUDA `device` (with the
@@ -86,12 +97,7 @@ def measure(task: Task, programs: dict[str, str], size: str, *, device: str = "c
     dev = torch.device(device)
     _COUNT[0] += 1
     n = _COUNT[0]
-    ref = load_task_module(task.source, task.path or "reference.py", f"kw_dt_ref_{n}", keep=True)
-    seed_all(SEED)
-    init = ref.get_init_inputs()
-    seed_all(SEED)
-    model = ref.Model(*copy.deepcopy(init)).to(dev).eval()
-    inputs = draw_inputs(ref.get_inputs, SEED, dev)
+    init, model, inputs = reference(task, dev, f"kw_dt_ref_{n}")
     out = DeviceTimes()
     results: dict[str, DeviceTimes] = {}
     with torch.no_grad():
@@ -112,7 +118,10 @@ def measure(task: Task, programs: dict[str, str], size: str, *, device: str = "c
         out.eager_ms = _bench(lambda: model(*inputs), device)
         if compile_baseline:
             compiled = torch.compile(model)
-            compiled(*inputs)
+            # its first call under the device lock: Inductor times its kernels' configs there, and beside
+            # another process's timed calls the two disturbed each other (2026-12-04c: a softmax 20% slower)
+            with DeviceLock(device):
+                compiled(*inputs)
             out.compile_ms = _bench(lambda: compiled(*inputs), device)
         with tempfile.TemporaryDirectory(prefix="kw-device-time-") as tmp:
             for label, text in programs.items():

@@ -10,14 +10,26 @@ rows (a Triton row kernel, the skeleton's one program a row):
                 `evict_first`): Inductor's two-pass reduction, which re-reads the row from L2
   persist       a persistent grid (132 x 4 programs, each looping over rows with tl.range,
                 num_stages 2): the next row's loads pipelined behind this row's work
+  int32         the row's offsets in 32-bit arithmetic (Inductor indexes in int32 where the
+                tensor's elements fit; the skeleton's `row` is int64)
+  inductor      int32 + reload: Inductor's two-pass kernel on our one block, but for the broadcast
+                vectors' loads (moved after the reductions too, as Inductor's second loop has
+                them, 2026-12-04b: LayerNorm and RMSNorm 1-2% slower than without the move)
+elementwise (the Triton elementwise skeleton):
+  int32         the flat offsets in 32-bit arithmetic (the skeleton's are int64: a broadcast
+                input's `(offs // inner) % span` is then a 64-bit division an element)
+  const_bcast   each broadcast input's inner and span compile-time constants (one build per
+                shape, as Inductor compiles one): the division and modulo become shifts or a
+                multiply
+  int32_const   both
 gemm (the Triton GEMM skeleton):
   group         grouped tile order (8 tile rows a group), Triton's tutorial's L2 reuse
   fma           BLOCK_K 16 configs (fp32 products are FMAs: narrower K tiles, larger M x N)
 
     python benchmarks/kernel_variants.py --tasks builtin:1:8-9 --variant runtime_cols --variant reload
 
-Each variant is timed at warps 4, 8 and 16 (rows; the best is what speed search would keep) or
-through its autotune list (GEMM). Results of 2026-12-04: docs/results/h200-2026-12-04b.md.
+Each variant is timed at warps 4, 8 and 16 (rows; the best is what speed search would keep), at
+blocks 1024 and 2048 by warps 4 and 8 (elementwise) or through its autotune list (GEMM). Results of 2026-12-04: docs/results/h200-2026-12-04b.md.
 """
 
 from __future__ import annotations
@@ -71,6 +83,25 @@ def reload(p: str) -> str:
     return "\n".join(lines[:last] + again + lines[last:])
 
 
+def int32(p: str) -> str:
+    p = p.replace("    row = tl.program_id(0).to(tl.int64)\n", "    row = tl.program_id(0)\n", 1)
+    return p.replace("    pid = tl.program_id(0).to(tl.int64)\n", "    pid = tl.program_id(0)\n", 1)
+
+
+def inductor(p: str) -> str:
+    return reload(int32(p))
+
+
+def const_bcast(p: str) -> str:
+    lines, start, _ = _kernel_lines(p)
+    lines[start] = re.sub(r"(\w+_(?:inner|span))(?=[,)])", r"\1: tl.constexpr", lines[start])
+    return "\n".join(lines)
+
+
+def int32_const(p: str) -> str:
+    return const_bcast(int32(p))
+
+
 def persist(p: str, programs: int = 132 * 4, stages: int = 2) -> str:
     lines, start, end = _kernel_lines(p)
     lines[start] = lines[start].replace("out_ptr, cols", "out_ptr, kw_rows, cols", 1)
@@ -110,18 +141,24 @@ def fma(p: str) -> str:
                   flags=re.S)
 
 
-ROW_VARIANTS = {"runtime_cols": runtime_cols, "evict": evict, "reload": reload, "persist": persist}
+ROW_VARIANTS = {"runtime_cols": runtime_cols, "evict": evict, "reload": reload, "persist": persist,
+                "int32": int32, "inductor": inductor}
+ELEMENTWISE_VARIANTS = {"int32": int32, "const_bcast": const_bcast, "int32_const": int32_const}
 GEMM_VARIANTS = {"group": group, "fma": fma}
 
 
 def programs_for(program: str, kind: SegmentKind, names: list[str]) -> dict[str, str]:
     """label -> program: the skeleton as it is and each variant of its kind that changes it."""
-    table = GEMM_VARIANTS if kind == SegmentKind.GEMM else ROW_VARIANTS if kind == SegmentKind.ROW else {}
+    table = {SegmentKind.GEMM: GEMM_VARIANTS, SegmentKind.ROW: ROW_VARIANTS,
+             SegmentKind.ELEMENTWISE: ELEMENTWISE_VARIANTS}[kind]
     chosen = {"as is": program}
     for name in (n for n in names if n in table):
         chosen[name] = table[name](program)
         if chosen[name] == program:  # the skeleton's text moved on: the variant no longer applies
             raise ValueError(f"variant {name} does not change this {kind.value} skeleton")
+    if kind == SegmentKind.ELEMENTWISE:
+        return {f"{label} b{b} w{w}": with_launch(text, {"block": b, "warps": w}) for label, text in chosen.items()
+                for b in (1024, 2048) for w in (4, 8)}
     if kind != SegmentKind.ROW:
         return chosen
     return {f"{label} w{w}": with_launch(text, {"warps": w}) for label, text in chosen.items() for w in (4, 8, 16)}
@@ -130,13 +167,13 @@ def programs_for(program: str, kind: SegmentKind, names: list[str]) -> dict[str,
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", default="builtin:1:8-9")
-    ap.add_argument("--variant", action="append", choices=sorted(ROW_VARIANTS | GEMM_VARIANTS))
+    ap.add_argument("--variant", action="append", choices=sorted(ROW_VARIANTS | GEMM_VARIANTS | ELEMENTWISE_VARIANTS))
     args = ap.parse_args()
     from device_time import measure
 
     os.environ["KERNELWRIGHT_SIZE"] = "full"
     tasks = load_tasks(args.tasks)
-    names = args.variant or sorted(ROW_VARIANTS | GEMM_VARIANTS)
+    names = args.variant or sorted(ROW_VARIANTS | GEMM_VARIANTS | ELEMENTWISE_VARIANTS)
     print("| task | variant | ms | x torch.compile | max abs err |\n|---|---|---|---|---|", flush=True)
     for t, p in zip(tasks, plan_tasks(tasks, "full", device="cuda")):
         tp = p.for_target("triton")

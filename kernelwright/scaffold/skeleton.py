@@ -123,12 +123,15 @@ def _pow2_at_least(n: int) -> int:
 
 def default_launch(seg: Segment, target: str) -> dict[str, int]:
     """The launch settings a skeleton starts with: enough threads per row that each handles about
-    eight values of a long row, rows staged in shared memory (a region that reads its row several
+    sixteen values of a long row, rows staged in shared memory (a region that reads its row several
     times then reads memory once), Triton's block and warps as its own tutorials pick them."""
     if target == "cuda":
         if seg.kind == SegmentKind.ELEMENTWISE:
             return {"threads": ELEMENTWISE_THREADS}
-        return {"threads": min(1024, max(128, _pow2_at_least(max(1, seg.cols) // 8))), "stage": 1}
+        # about 16 values a thread: the best of the measured launches for rows of 4096-8192 values
+        # (H200, 2026-12-04: LayerNorm, RMSNorm, row mean, L2/07 at 256 threads for 4096, 512 for 8192;
+        # at 8 values a thread, 512 for 4096, LayerNorm took 0.24 ms where 256 threads took 0.18)
+        return {"threads": min(1024, max(128, _pow2_at_least(max(1, seg.cols) // 16))), "stage": 1}
     if target == "triton":
         if seg.kind == SegmentKind.GEMM:
             return {}  # the kernel's @triton.autotune config list picks tiles, stages and warps (gemm_skeleton.py)
@@ -371,13 +374,16 @@ def _row_output(seg: Segment, indent: str, guard: str) -> tuple[str, str]:
     return f"{indent}{t}* y = out_ptr + row * cols;\n", ""
 
 
-def _ptr_args(seg: Segment) -> str:
+def _ptr_args(seg: Segment, dividers: bool = False) -> str:
+    """The kernel's arguments from the host function; `dividers`: CUDA elementwise's KwDiv too."""
     out = []
     for a in seg.args:
         out.append(f"{a.name}.data_ptr<{C_TYPES[a.dtype]}>()")
         if a.pattern == "broadcast":
             out += [f"{a.name}_inner", f"{a.name}_span"]
     out.append(f"out.data_ptr<{C_TYPES[seg.out_dtype]}>()")
+    if dividers:  # the CUDA elementwise kernel's, after the output (cuda_kernel)
+        out += [f"kw_divider_of({a.name}_{w})" for a in seg.args if a.pattern == "broadcast" for w in ("inner", "span")]
     return ", ".join(out)
 
 
@@ -409,18 +415,30 @@ __device__ __forceinline__ void kw_store4(T* __restrict__ p, int64_t base, int64
         for (int k = 0; k < 4; ++k) if (base + k < n) p[base + k] = static_cast<T>(v[k]);
     }
 }
-// A broadcast input's position for flat index i, `(i / inner) % span`, in 32-bit arithmetic where
-// the numbers fit: a 64-bit division is a long software routine on the GPU, and the elementwise
-// kernel does one an element (H200, 2026-12-04: bias_add 0.70 -> 0.75 of copy bandwidth; Triton 0.99).
-__device__ __forceinline__ int64_t kw_bcast_at(int64_t i, int64_t inner, int64_t span) {
-    if (static_cast<uint64_t>(i) <= 0xffffffffull && static_cast<uint64_t>(inner) <= 0xffffffffull
-        && static_cast<uint64_t>(span) <= 0xffffffffull)
-        return static_cast<uint32_t>(i) / static_cast<uint32_t>(inner) % static_cast<uint32_t>(span);
-    return i / inner % span;
+// Division by a number fixed at launch as a multiply-high, an add and a shift (Granlund and
+// Montgomery's method): the divisor's magic number is found once on the host (kw_divider_of, an
+// argument of the kernel), for dividends and divisors below 2^31. A division by a runtime value
+// is about twenty instructions on the GPU, and the elementwise kernel did two per broadcast input
+// for every four elements (H200, 2026-12-04c, Nsight Compute: a channel affine over three inputs,
+// 94 instructions an element, issue-bound at 0.56 of copy bandwidth; Triton's 40, Inductor's 12).
+struct KwDiv { uint32_t d, m, s; };  // d == 0: no magic (a divisor or dividend past 31 bits)
+__host__ __device__ inline KwDiv kw_divider_of(int64_t d) {
+    if (d < 1 || d > 0x7fffffff) return {0u, 0u, 0u};
+    uint32_t s = 0;
+    while ((uint64_t(1) << s) < static_cast<uint64_t>(d)) ++s;
+    const uint64_t m = ((uint64_t(1) << 32) * ((uint64_t(1) << s) - static_cast<uint64_t>(d))) / static_cast<uint64_t>(d) + 1;
+    return {static_cast<uint32_t>(d), static_cast<uint32_t>(m), s};
 }
-// The positions of VEC consecutive flat indices base, base + 1, ... of a broadcast input: one
-// division for all of them, then a step (the elementwise kernel; a division an element made a
-// kernel with three channel vectors instruction-bound, H200 2026-12-04: 0.38 of copy bandwidth).
+__host__ __device__ __forceinline__ uint32_t kw_div(uint32_t n, const KwDiv& v) {  // n / v.d, n < 2^31
+#ifdef __CUDA_ARCH__
+    const uint32_t hi = __umulhi(n, v.m);
+#else
+    const uint32_t hi = static_cast<uint32_t>((static_cast<uint64_t>(n) * v.m) >> 32);
+#endif
+    return (hi + n) >> v.s;
+}
+// The positions of VEC consecutive flat indices base, base + 1, ... of a broadcast input, element
+// i at `(i / inner) % span`: found once for the VEC elements and stepped.
 template <int V>
 __device__ __forceinline__ void kw_bcast_run(int64_t base, int64_t inner, int64_t span, int64_t* at) {
     int64_t q, p;
@@ -440,19 +458,54 @@ __device__ __forceinline__ void kw_bcast_run(int64_t base, int64_t inner, int64_
         if (++r == inner) { r = 0; if (++p == span) p = 0; }
     }
 }
-// A broadcast input read along one row of a row kernel: its position kw_bcast_at(row * cols + j),
-// found once a row for the shapes rows take (one value per row: inner a multiple of cols; a vector
-// along the row: inner 1 and span a multiple of cols), else per element. A LayerNorm's weight and
-// bias otherwise cost two divisions a value (H200, 2026-12-04: LayerNorm at 0.36 of copy bandwidth).
-struct KwRowBcast { int64_t base; int mode; };  // mode 0: base; 1: base + j; 2: per element
-__device__ __forceinline__ KwRowBcast kw_row_bcast(int64_t row, int64_t cols, int64_t inner, int64_t span) {
-    if (inner % cols == 0) return {(row * cols / inner) % span, 0};
-    if (inner == 1 && span % cols == 0) return {(row * cols) % span, 1};
-    return {0, 2};
+// The elementwise kernel's 4 values of a broadcast input for the flat indices base .. base + 3
+// (base a multiple of 4): the position found once through the launch's dividers, then the
+// common shapes read as such: one value for all four (a channel's: the four lie in one run of
+// `inner`), or four consecutive values (a vector along the last dimension: one vector load where
+// aligned); any other shape, and the tail, position by position.
+template <typename T>
+__device__ __forceinline__ void kw_bcast_load4(const T* __restrict__ p, int64_t base, int64_t n, int64_t inner,
+                                               int64_t span, const KwDiv& di, const KwDiv& ds, float* v) {
+    if (base + 4 <= n) {
+        int64_t at, r;
+        if (di.d != 0 && ds.d != 0 && base + 4 <= 0x7fffffff) {
+            const uint32_t q = kw_div(static_cast<uint32_t>(base), di);
+            r = static_cast<uint32_t>(base) - q * di.d;
+            at = q - kw_div(q, ds) * ds.d;
+        } else {
+            const int64_t q = base / inner;
+            r = base - q * inner;
+            at = q % span;
+        }
+        if (r + 4 <= inner) {
+            const float one = static_cast<float>(p[at]);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) v[k] = one;
+            return;
+        }
+        if (inner == 1 && at + 4 <= span) {
+            kw_load4(p, at, span, v);
+            return;
+        }
+        int64_t pos[4];
+        kw_bcast_run<4>(base, inner, span, pos);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v[k] = static_cast<float>(p[pos[k]]);
+        return;
+    }
+    for (int k = 0; k < 4; ++k) v[k] = base + k < n ? static_cast<float>(p[(base + k) / inner % span]) : 0.0f;
 }
-__device__ __forceinline__ int64_t kw_row_at(const KwRowBcast& b, int64_t row, int64_t cols, int64_t j,
-                                             int64_t inner, int64_t span) {
-    return b.mode == 0 ? b.base : b.mode == 1 ? b.base + j : kw_bcast_at(row * cols + j, inner, span);
+// A broadcast input read along one row of a row kernel: the row's values at the returned pointer
+// + j * step, step 0 for one value the row (inner a multiple of cols), 1 for a vector along it
+// (inner 1, span a multiple of cols); the host lays any other pattern out like x first. The
+// accessor is then a multiply-add and a load: a choice among three ways a value, the third a
+// division, made a LayerNorm's last pass over its row a loop of several hundred instructions (H200,
+// 2026-12-04c, Nsight Compute: the CUDA LayerNorm 82 instructions an element, Triton's 13).
+template <typename T>
+__device__ __forceinline__ const T* kw_row_vec(const T* p, int64_t row, int64_t cols, int64_t inner, int64_t span,
+                                               int64_t& step) {
+    step = inner % cols == 0 ? 0 : 1;
+    return p + (step == 0 ? row * cols / inner : row * cols) % span;
 }
 // A staged row's slot in the block's shared memory: the next 16-byte-aligned bytes after `off`,
 // the row in its own type (a half-precision row staged as floats took twice the bytes: a row max
@@ -469,10 +522,11 @@ __device__ __forceinline__ T* kw_stage_slot(float* base, int64_t& off, int64_t c
 }
 // A row kernel's row of an input copied to shared memory by the block's threads, 16 bytes at a
 // time as they are, so a region that reads the row several times (max, sum, normalise) reads
-// memory once. Four 16-byte loads in flight per thread before their stores: a long row's block
-// has its SM to itself or nearly (its shared memory), and one load at a time kept too few bytes
-// in flight for the memory's bandwidth (H200, 2026-12-04: a softmax over rows of 32768 at 0.48
-// of copy bandwidth, Triton's at 0.98).
+// memory once. Up to four 16-byte loads in flight per thread before their stores, the last round
+// predicated: a long row's block has its SM to itself or nearly (its shared memory), and one load
+// at a time kept too few bytes in flight for the memory's bandwidth (H200, 2026-12-04: a softmax
+// over rows of 32768 at 0.48 of copy bandwidth, Triton's at 0.98); a short row (8 KB of bf16 over
+// 256 threads: two loads each) went through the one-at-a-time tail whole.
 template <typename T>
 __device__ __forceinline__ void kw_stage_row(const T* __restrict__ g, T* s, int64_t cols) {
     constexpr int V = 16 / static_cast<int>(sizeof(T));
@@ -480,15 +534,15 @@ __device__ __forceinline__ void kw_stage_row(const T* __restrict__ g, T* s, int6
         const float4* g4 = reinterpret_cast<const float4*>(g);
         float4* s4 = reinterpret_cast<float4*>(s);
         const int64_t nv = cols / V, step = blockDim.x;
-        int64_t j = threadIdx.x;
-        for (; j + 3 * step < nv; j += 4 * step) {
-            const float4 a = g4[j], b = g4[j + step], c = g4[j + 2 * step], d = g4[j + 3 * step];
-            s4[j] = a;
-            s4[j + step] = b;
-            s4[j + 2 * step] = c;
-            s4[j + 3 * step] = d;
+        for (int64_t j = threadIdx.x; j < nv; j += 4 * step) {
+            float4 a[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                if (j + k * step < nv) a[k] = g4[j + k * step];
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                if (j + k * step < nv) s4[j + k * step] = a[k];
         }
-        for (; j < nv; j += step) s4[j] = g4[j];
         return;
     }
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s[j] = g[j];
@@ -556,17 +610,18 @@ def cuda_kernel(seg: Segment) -> tuple[str, str, str]:
     params = ",\n    ".join(_c_params(seg))
     if seg.kind == SegmentKind.ELEMENTWISE:
         indent = " " * 12
-        same = [a for a in seg.args if a.pattern == "same"]
         loads = "".join(f"        float kw_lane_{a.name}[{VEC}];\n"
-                        f"        kw_load4({a.name}_ptr, kw_base, n, kw_lane_{a.name});\n" for a in same)
-        loads += "".join(f"        int64_t kw_at_{a.name}[{VEC}];\n"
-                         f"        kw_bcast_run<{VEC}>(kw_base, {a.name}_inner, {a.name}_span, kw_at_{a.name});\n"
-                         for a in seg.args if a.pattern == "broadcast")
-        lane = "".join(f"            const float {a.name} = kw_lane_{a.name}[kw_k];\n" if a.pattern == "same" else
-                       f"            const float {a.name} = static_cast<float>({a.name}_ptr[kw_at_{a.name}[kw_k]]);\n"
-                       if a.pattern == "broadcast" else
+                        f"        kw_load4({a.name}_ptr, kw_base, n, kw_lane_{a.name});\n" if a.pattern == "same" else
+                        f"        float kw_lane_{a.name}[{VEC}];\n"
+                        f"        kw_bcast_load4({a.name}_ptr, kw_base, n, {a.name}_inner, {a.name}_span, "
+                        f"{a.name}_div_inner, {a.name}_div_span, kw_lane_{a.name});\n"
+                        for a in seg.args if a.pattern != "scalar")
+        lane = "".join(f"            const float {a.name} = kw_lane_{a.name}[kw_k];\n" if a.pattern != "scalar" else
                        f"            const float {a.name} = static_cast<float>({a.name}_ptr[0]);\n"
                        for a in seg.args)
+        # each broadcast input's dividers (kw_divider_of, found on the host) after its inner and span
+        params = ",\n    ".join(_c_params(seg) + [f"KwDiv {a.name}_div_{w}" for a in seg.args
+                                                 if a.pattern == "broadcast" for w in ("inner", "span")])
         kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t n) {{\n"
                   f"    const int64_t kw_stride = static_cast<int64_t>(gridDim.x) * blockDim.x * {VEC};\n"
                   f"    for (int64_t kw_base = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * {VEC};"
@@ -597,9 +652,11 @@ def cuda_kernel(seg: Segment) -> tuple[str, str, str]:
     loads = "".join(
         f"    auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>(kw_row_{a.name}[j]); }};\n"
         if a.pattern == "same" else
-        f"    const KwRowBcast kw_at_{a.name} = kw_row_bcast(row, cols, {a.name}_inner, {a.name}_span);\n"
-        f"    auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>({a.name}_ptr[kw_row_at("
-        f"kw_at_{a.name}, row, cols, j, {a.name}_inner, {a.name}_span)]); }};\n" if a.pattern == "broadcast" else
+        f"    int64_t kw_step_{a.name};\n"
+        f"    const {C_TYPES[a.dtype]}* kw_row_{a.name} = kw_row_vec({a.name}_ptr, row, cols, {a.name}_inner, "
+        f"{a.name}_span, kw_step_{a.name});\n"
+        f"    auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>(kw_row_{a.name}[j * kw_step_{a.name}]); }};\n"
+        if a.pattern == "broadcast" else
         f"    auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>({a.name}_ptr[0]); }};\n"
         for a in seg.args)
     # one value per row: a float the region assigns (an index into the output could run past it)
@@ -663,12 +720,22 @@ def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
                   f"    const int64_t per_block = static_cast<int64_t>(threads) * {VEC};\n"
                   "    const int64_t blocks = std::min<int64_t>((n + per_block - 1) / per_block, 2147483647);\n"
                   "    kw_fused_kernel<<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(\n"
-                  f"        {_ptr_args(seg)}, n);\n"
+                  f"        {_ptr_args(seg, dividers=True)}, n);\n"
                   "    C10_CUDA_KERNEL_LAUNCH_CHECK();\n")
     else:
         # the staged rows' bytes, as kw_stage_slot lays them out
         smem = " + ".join(f"kw_stage_bytes<{C_TYPES[a.dtype]}>(cols)" for a in _staged(seg)) or "0"
-        launch = ("    const int threads = static_cast<int>(std::clamp<int64_t>(kw_threads, 32, 1024) / 32 * 32);\n"
+        # a broadcast input that is neither one value a row nor a vector along it, laid out like x
+        # (kw_row_vec reads those two shapes only): one gather, for shapes a module rarely has
+        gather = "".join(
+            f"    if (!({a.name}_inner % cols == 0 || ({a.name}_inner == 1 && {a.name}_span % cols == 0))) {{\n"
+            f"        {a.name} = {a.name}.index_select(0, torch::arange(rows * cols, {a.name}.options().dtype("
+            f"torch::kLong)).div({a.name}_inner, \"floor\").remainder({a.name}_span));\n"
+            f"        {a.name}_inner = 1;\n"
+            f"        {a.name}_span = rows * cols;\n"
+            "    }\n" for a in seg.args if a.pattern == "broadcast")
+        launch = (f"{gather}"
+                  "    const int threads = static_cast<int>(std::clamp<int64_t>(kw_threads, 32, 1024) / 32 * 32);\n"
                   "    // stage the rows in shared memory only where they fit beside the reductions' buffers\n"
                   f"    const int64_t smem = kw_stage ? {smem} : 0;\n"
                   "    const int stage = smem > 0 && smem + 1024 <= static_cast<int64_t>(\n"

@@ -19,6 +19,7 @@ HAVE_TRITON = importlib.util.find_spec("triton") is not None
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "kernel_variants.py"
 LAYER_NORM = "builtin/L1/08_layer_norm"  # a row kernel with two broadcast vectors
 MATMUL = "builtin/L1/10_matmul"  # the GEMM skeleton with an empty epilogue
+CHANNEL_AFFINE = "builtin/L2/06_channel_affine_hardswish_residual"  # elementwise, two broadcast inputs
 
 
 def _bench():
@@ -28,27 +29,30 @@ def _bench():
     return mod
 
 
-@pytest.mark.slow  # six evaluations under the Triton interpreter
+@pytest.mark.slow  # twelve evaluations under the Triton interpreter
 @pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
 def test_every_variant_is_the_same_computation(fast_cfg) -> None:
     from kernelwright.evaluate import evaluate
 
     bench = _bench()
-    tasks = [load_task(LAYER_NORM), load_task(MATMUL)]
+    tasks = [load_task(LAYER_NORM), load_task(MATMUL), load_task(CHANNEL_AFFINE)]
     cfg = fast_cfg(time=False, extra_env={"TRITON_INTERPRET": "1"})
     seen = set()
     for task, plan in zip(tasks, plan_tasks(tasks)):
         sc = write(plan, "triton")
         kind = plan.for_target("triton").segment.kind
-        names = list(bench.GEMM_VARIANTS if kind == SegmentKind.GEMM else bench.ROW_VARIANTS)
-        programs = bench.programs_for(sc.program_with(region(sc)), kind, names)
+        table = {SegmentKind.GEMM: bench.GEMM_VARIANTS, SegmentKind.ROW: bench.ROW_VARIANTS,
+                 SegmentKind.ELEMENTWISE: bench.ELEMENTWISE_VARIANTS}[kind]
+        programs = bench.programs_for(sc.program_with(region(sc)), kind, list(table))
         for label, program in programs.items():
-            if label.startswith("as is") or (kind == SegmentKind.ROW and not label.endswith(" w4")):
-                continue  # the warps change no result; one launch a variant
+            if label.startswith("as is") or (kind != SegmentKind.GEMM and not label.endswith(" w4")) \
+                    or " b2048 " in label:
+                continue  # the launch changes no result; one launch a variant
             got = evaluate(task, program, cfg)
             assert got.verdict == Verdict.CORRECT and got.custom_kernel, (task.id, label, got.verdict, got.error)
-            seen.add(label.split(" ")[0])
-    assert seen == set(bench.ROW_VARIANTS) | set(bench.GEMM_VARIANTS)
+            seen.add((kind, label.split(" ")[0]))
+    assert seen == {(k, name) for k, table in ((SegmentKind.ROW, bench.ROW_VARIANTS), (SegmentKind.GEMM, bench.GEMM_VARIANTS),
+                                               (SegmentKind.ELEMENTWISE, bench.ELEMENTWISE_VARIANTS)) for name in table}
 
 
 def test_a_variant_that_no_longer_applies_is_an_error() -> None:

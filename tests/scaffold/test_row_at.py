@@ -53,9 +53,31 @@ def test_a_rows_position_found_once_is_the_per_value_position() -> None:
     assert modes_seen == {0, 1, 2}  # every mode met, the shortcuts and the per-value formula
 
 
-CUDA_CHECK = r'''
+CUDA_CHECK = r"""
+static float kw_vals[4096 * 4];
 int main() {
     long bad = 0, checked = 0;
+    // the dividers: n / d for n below 2^31 and every kind of d (1, powers of two, odd, the largest)
+    const int64_t ds[] = {1, 2, 3, 4, 5, 7, 12, 100, 641, 4096, 65535, 65536, 1000003, (int64_t(1) << 30) + 1,
+                          0x7fffffff};
+    for (int64_t d : ds) {
+        const KwDiv v = kw_divider_of(d);
+        for (uint32_t n : {0u, 1u, 2u, 3u, 99u, 4095u, 4096u, 65536u, 1234567u, 0x3fffffffu, 0x7ffffffeu, 0x7fffffffu})
+            for (uint32_t e : {0u, 1u, 2u}) {
+                const uint32_t m = n >= e ? n - e : n;
+                bad += kw_div(m, v) != m / d; ++checked;
+            }
+        for (uint32_t m = static_cast<uint32_t>(d > 4 ? d - 4 : 0); m < d * 3 + 4 && m <= 0x7fffffffu && m < d + 70000; ++m, ++checked)
+            bad += kw_div(m, v) != m / d;
+        uint32_t r = 12345u;  // and dividends spread over the whole range (a linear congruential walk)
+        for (int i = 0; i < 200000; ++i, ++checked) {
+            r = r * 1664525u + 1013904223u;
+            const uint32_t m = r >> 1;
+            bad += kw_div(m, v) != m / d;
+        }
+    }
+    bad += kw_divider_of(0).d != 0 || kw_divider_of(int64_t(1) << 31).d != 0;  // no magic: the 64-bit path
+    for (int i = 0; i < 4096 * 4; ++i) kw_vals[i] = static_cast<float>(i);
     const int64_t big = int64_t(1) << 33;  // past 32 bits: the 64-bit path
     const int64_t sizes[] = {1, 2, 3, 4, 5, 7, 8, 12, 16, 33, 64, 100, 4096, big};
     for (int64_t inner : sizes) for (int64_t span : sizes) {
@@ -65,24 +87,36 @@ int main() {
             int64_t at[4];
             kw_bcast_run<4>(base, inner, span, at);
             for (int k = 0; k < 4; ++k, ++checked) bad += at[k] != (base + k) / inner % span;
+            if (span > 4096 || base % 4 != 0) continue;  // kw_bcast_load4 reads the values: span of them
+            const KwDiv di = kw_divider_of(inner), dsp = kw_divider_of(span);
+            for (int64_t n : {base + 4, base + 3, base + 1}) {  // whole, and the tail's element by element
+                float v[4];
+                kw_bcast_load4(kw_vals, base, n, inner, span, di, dsp, v);
+                for (int k = 0; k < 4; ++k, ++checked)
+                    bad += v[k] != (base + k < n ? static_cast<float>((base + k) / inner % span) : 0.0f);
+            }
         }
         for (int64_t cols : {int64_t(1), int64_t(4), int64_t(12), int64_t(4096)}) for (int64_t row : {0, 1, 5, 777}) {
-            const KwRowBcast b = kw_row_bcast(row, cols, inner, span);
+            if (!(inner % cols == 0 || (inner == 1 && span % cols == 0))) continue;  // the host lays these out
+            int64_t step;
+            const float* base = kw_row_vec(kw_vals, row, cols, inner, span, step);
             for (int64_t j = 0; j < cols && j < 64; ++j, ++checked)
-                bad += kw_row_at(b, row, cols, j, inner, span) != (row * cols + j) / inner % span;
+                bad += (base - kw_vals) + j * step != (row * cols + j) / inner % span;
         }
     }
     printf("%ld %ld\n", checked, bad);
     return 0;
 }
-'''
+"""
 
 
 @pytest.mark.build
 def test_cudas_positions_found_once_are_the_per_value_positions(tmp_path) -> None:
-    """CUDA's kw_bcast_run (four consecutive elements, one division) and kw_row_bcast/kw_row_at (a
-    row, one division) against `(i / inner) % span`, in 32-bit and 64-bit ranges, compiled by the
-    host compiler through the pre-check's device shim (the code nvcc builds, on the host)."""
+    """CUDA's broadcast positions against `(i / inner) % span`: the launch's dividers (kw_div), the
+    elementwise kernel's four values a step (kw_bcast_load4: one value, a vector, position by
+    position, the tail) and their stepping (kw_bcast_run), and a row's pointer and step
+    (kw_row_vec), in 32-bit and 64-bit ranges, compiled by the host compiler through the
+    pre-check's device shim (the code nvcc builds, on the host)."""
     from kernelwright.scaffold.precheck.native import COMPILER, FLAGS
     from kernelwright.scaffold.precheck.native_shim import COMMON, CUDA_SHIM
     from kernelwright.scaffold.skeleton import CUDA_IO
