@@ -71,6 +71,19 @@ def _bench(fn: Any, device: str) -> float:
         return triton.testing.do_bench(fn, return_mode="median")
 
 
+def launch_programs(segment: Any, target: str, program: str) -> dict[str, str]:
+    """label -> `program` at its default launch ("default") and at each of its launch variants
+    ("threads=256, stage=1"): what the device-time table and the profiler time side by side."""
+    from kernelwright.scaffold import launch_variants, with_launch
+
+    out = {"default": program}
+    for knobs in launch_variants(segment, target):
+        variant = with_launch(program, knobs)
+        if variant:
+            out[", ".join(f"{k}={v}" for k, v in knobs.items())] = variant
+    return out
+
+
 def reference(task: Task, dev: Any, name: str) -> tuple[Any, Any, list]:
     """(init inputs, the task's Model on `dev` in eval mode, its inputs), drawn from the seed the
     evaluator uses; KERNELWRIGHT_SIZE must be set before (the module reads it when it loads)."""

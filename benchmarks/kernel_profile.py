@@ -43,24 +43,18 @@ METRICS = {
 SCALE = {"DRAM MB": 1e-6, "L2 MB": 1e-6, "Minst": 1e-6, "us": 1e-3, "smem KB": 1 / 1024}
 
 
-def _programs(task, target: str) -> dict[str, str]:
+def _programs(plan, target: str) -> dict[str, str]:
     """label -> the skeleton with the oracle region, at its default launch and each variant."""
-    from kernelwright.scaffold import plan_tasks, with_launch, write
+    from device_time import launch_programs
+    from kernelwright.scaffold import write
     from kernelwright.scaffold.oracle import region
-    from kernelwright.scaffold.skeleton import launch_variants
 
-    plan = plan_tasks([task], "full", device="cuda")[0]
     tp = plan.for_target(target)
     if not tp.available or tp.segment is None:
         return {}
     sc = write(plan, target)
-    program = sc.program_with(region(sc))
-    out = {f"{target} default": program}
-    for knobs in launch_variants(tp.segment, target):
-        text = with_launch(program, knobs)
-        if text:
-            out[f"{target} " + ",".join(f"{k}={v}" for k, v in knobs.items())] = text
-    return out
+    return {f"{target} {label}": text
+            for label, text in launch_programs(tp.segment, target, sc.program_with(region(sc))).items()}
 
 
 def run_child(tasks: str, targets: list[str]) -> int:
@@ -68,18 +62,20 @@ def run_child(tasks: str, targets: list[str]) -> int:
 
     from device_time import _import_program, reference
     from kernelwright.measure.draw import SEED, seed_all
+    from kernelwright.scaffold import plan_tasks
     from kernelwright.tasks import load_tasks
 
     os.environ["KERNELWRIGHT_SIZE"] = "full"
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda")
+    chosen = load_tasks(tasks)
     with tempfile.TemporaryDirectory(prefix="kw-profile-") as tmp, torch.no_grad():
-        for n, task in enumerate(load_tasks(tasks)):
+        for n, (task, plan) in enumerate(zip(chosen, plan_tasks(chosen, "full", device="cuda"))):
             init, model, inputs = reference(task, dev, f"kw_pr_ref_{n}")
             sides = {"torch.compile": torch.compile(model)}
             for target in targets:
-                for label, text in _programs(task, target).items():
+                for label, text in _programs(plan, target).items():
                     mod = _import_program(text, Path(tmp), f"kw_pr_{n}_{len(sides)}")
                     seed_all(SEED)
                     sides[label] = mod.ModelNew(*copy.deepcopy(init)).to(dev).eval()
@@ -109,8 +105,9 @@ def main() -> int:
         return run_child(args.tasks, targets)
     with tempfile.TemporaryDirectory(prefix="kw-ncu-") as tmp:
         rep = Path(tmp) / "profile"
-        cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--nvtx", "--metrics", ",".join(METRICS.values()), "-o", str(rep), sys.executable, __file__,
-               "--child", "--tasks", args.tasks] + [f"--target={t}" for t in targets]
+        cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--nvtx",
+               "--metrics", ",".join(METRICS.values()), "-o", str(rep),
+               sys.executable, __file__, "--child", "--tasks", args.tasks] + [f"--target={t}" for t in targets]
         subprocess.run(cmd, check=True)
         tables = [_rows(subprocess.run(["ncu", "-i", f"{rep}.ncu-rep", "--csv", "--page", "raw", "--print-units",
                                         "base"] + extra, check=True, capture_output=True, text=True).stdout)

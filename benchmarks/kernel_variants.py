@@ -29,7 +29,8 @@ gemm (the Triton GEMM skeleton):
     python benchmarks/kernel_variants.py --tasks builtin:1:8-9 --variant runtime_cols --variant reload
 
 Each variant is timed at warps 4, 8 and 16 (rows; the best is what speed search would keep), at
-blocks 1024 and 2048 by warps 4 and 8 (elementwise) or through its autotune list (GEMM). Results of 2026-12-04: docs/results/h200-2026-12-04b.md.
+blocks 1024 and 2048 by warps 4 and 8 (elementwise) or through its autotune list (GEMM). Results:
+docs/results/h200-2026-12-04b.md and h200-2026-12-04c.md.
 """
 
 from __future__ import annotations

@@ -171,7 +171,7 @@ def device_time_table(args, size: str, programs: list, started: float) -> int:
     import tempfile
     from concurrent.futures import ProcessPoolExecutor
 
-    from device_time import copy_bandwidth, measure
+    from device_time import copy_bandwidth, launch_programs, measure
 
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", tempfile.mkdtemp(prefix="kw-skel-ext-"))
     os.environ["KERNELWRIGHT_SIZE"] = size
@@ -188,11 +188,7 @@ def device_time_table(args, size: str, programs: list, started: float) -> int:
     for jobs in by_task.values():  # the reference and its torch.compile once for every target
         timed = {}
         for _, target, p, program in jobs:
-            timed[(target, "default")] = program
-            for kn in launch_variants(p.segment, target):
-                variant = with_launch(program, kn)
-                if variant:
-                    timed[(target, ", ".join(f"{k}={v}" for k, v in kn.items()))] = variant
+            timed.update({(target, label): text for label, text in launch_programs(p.segment, target, program).items()})
         t = jobs[0][0]
         labels = list(timed)
         try:

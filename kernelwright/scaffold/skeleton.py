@@ -84,18 +84,20 @@ def math_line(target: str, seg: Segment) -> str:
 
 
 BCAST_HELPER = '''
-def _kw_bcast(t, shape):
+def _kw_bcast(t, shape, cols=0):
     """t broadcast against `shape`, as (flat contiguous values, inner, span): element i of the
-    broadcast tensor (row-major) is values[(i // inner) % span]."""
+    broadcast tensor (row-major) is values[(i // inner) % span]. `cols`: a row kernel's row length;
+    a pattern that is neither one value a row nor a vector along it is laid out like x, so that the
+    kernel finds a row's values once (the CUDA kernel reads those two shapes only)."""
     nd = len(shape)
     dims = [1] * (nd - t.dim()) + list(t.shape)
     varying = [d for d in range(nd) if dims[d] != 1]
-    if not varying:
-        return t.reshape(1).contiguous(), 1, 1
-    a, b = varying[0], varying[-1]
+    a, b = (varying[0], varying[-1]) if varying else (nd, nd - 1)
     if all(dims[d] == shape[d] for d in range(a, b + 1)):
-        return t.reshape(-1).contiguous(), math.prod(shape[b + 1:]), math.prod(shape[a:b + 1])
-    full = t.expand(shape).contiguous()  # a pattern with gaps: materialize it once
+        inner, span = math.prod(shape[b + 1:]) if varying else 1, math.prod(shape[a:b + 1])
+        if not cols or inner % cols == 0 or (inner == 1 and span % cols == 0):
+            return t.reshape(-1).contiguous(), inner, span
+    full = t.expand(shape).contiguous()  # a pattern with gaps, or across a row: materialize it once
     return full.reshape(-1), 1, full.numel()
 '''
 
@@ -180,10 +182,10 @@ def _ext_name(plan: ScaffoldPlan, target: str) -> str:
     return f"kw_{slug}_{target}_{digest}"
 
 
-def extra_shaping(extras: list[KernelArg], shape: str, like: str) -> list[str]:
+def extra_shaping(extras: list[KernelArg], shape: str, like: str, cols: str = "") -> list[str]:
     """`kw_fused`'s lines that shape each extra input for the kernel: contiguous when shaped like
     `like` (whose shape is the expression `shape`), one value when a scalar, else flat with its
-    broadcast pattern (`_kw_bcast`)."""
+    broadcast pattern (`_kw_bcast`; `cols`, a row kernel's row length, the expression)."""
     lines = []
     for a in extras:
         if a.pattern == "same":
@@ -192,7 +194,8 @@ def extra_shaping(extras: list[KernelArg], shape: str, like: str) -> list[str]:
         elif a.pattern == "scalar":
             lines.append(f"    {a.name} = {a.name}.reshape(1).contiguous()")
         else:
-            lines.append(f"    {a.name}, {a.name}_inner, {a.name}_span = _kw_bcast({a.name}, shape)")
+            lines.append(f"    {a.name}, {a.name}_inner, {a.name}_span = _kw_bcast({a.name}, shape"
+                         + (f", {cols})" if cols else ")"))
     return lines
 
 
@@ -201,9 +204,10 @@ def _wrapper(seg: Segment, call: str) -> str:
     extras = seg.extras
     params = ", ".join(["x"] + [a.name for a in extras])
     lines = [f"def kw_fused({params}):", "    x = x.contiguous()", "    shape = tuple(x.shape)"]
-    lines += extra_shaping(extras, "x.shape", "x")
     if seg.kind == SegmentKind.ROW:
         lines.append(f"    cols = math.prod(shape[len(shape) - {seg.row_dims}:])")
+    lines += extra_shaping(extras, "x.shape", "x", "cols" if seg.kind == SegmentKind.ROW else "")
+    if seg.kind == SegmentKind.ROW:
         if seg.per_row_output:
             keep = f" + (1,) * {seg.row_dims}" if seg.out_keepdim else ""
             lines.append(f"    out_shape = shape[:len(shape) - {seg.row_dims}]{keep}")
@@ -374,16 +378,22 @@ def _row_output(seg: Segment, indent: str, guard: str) -> tuple[str, str]:
     return f"{indent}{t}* y = out_ptr + row * cols;\n", ""
 
 
-def _ptr_args(seg: Segment, dividers: bool = False) -> str:
-    """The kernel's arguments from the host function; `dividers`: CUDA elementwise's KwDiv too."""
+def dividers(seg: Segment) -> list[tuple[str, str]]:
+    """The CUDA elementwise kernel's KwDiv arguments, in order after the output: (input, "inner" or
+    "span") for each broadcast input (the kernel's parameters, the host's and the pre-check's calls)."""
+    return [(a.name, w) for a in seg.args if a.pattern == "broadcast" for w in ("inner", "span")]
+
+
+def _ptr_args(seg: Segment, with_dividers: bool = False) -> str:
+    """The kernel's arguments from the host function; `with_dividers`: CUDA elementwise's KwDiv too."""
     out = []
     for a in seg.args:
         out.append(f"{a.name}.data_ptr<{C_TYPES[a.dtype]}>()")
         if a.pattern == "broadcast":
             out += [f"{a.name}_inner", f"{a.name}_span"]
     out.append(f"out.data_ptr<{C_TYPES[seg.out_dtype]}>()")
-    if dividers:  # the CUDA elementwise kernel's, after the output (cuda_kernel)
-        out += [f"kw_divider_of({a.name}_{w})" for a in seg.args if a.pattern == "broadcast" for w in ("inner", "span")]
+    if with_dividers:
+        out += [f"kw_divider_of({name}_{w})" for name, w in dividers(seg)]
     return ", ".join(out)
 
 
@@ -497,7 +507,7 @@ __device__ __forceinline__ void kw_bcast_load4(const T* __restrict__ p, int64_t 
 }
 // A broadcast input read along one row of a row kernel: the row's values at the returned pointer
 // + j * step, step 0 for one value the row (inner a multiple of cols), 1 for a vector along it
-// (inner 1, span a multiple of cols); the host lays any other pattern out like x first. The
+// (inner 1, span a multiple of cols); the wrapper lays any other pattern out like x (_kw_bcast). The
 // accessor is then a multiply-add and a load: a choice among three ways a value, the third a
 // division, made a LayerNorm's last pass over its row a loop of several hundred instructions (H200,
 // 2026-12-04c, Nsight Compute: the CUDA LayerNorm 82 instructions an element, Triton's 13).
@@ -620,8 +630,7 @@ def cuda_kernel(seg: Segment) -> tuple[str, str, str]:
                        f"            const float {a.name} = static_cast<float>({a.name}_ptr[0]);\n"
                        for a in seg.args)
         # each broadcast input's dividers (kw_divider_of, found on the host) after its inner and span
-        params = ",\n    ".join(_c_params(seg) + [f"KwDiv {a.name}_div_{w}" for a in seg.args
-                                                 if a.pattern == "broadcast" for w in ("inner", "span")])
+        params = ",\n    ".join(_c_params(seg) + [f"KwDiv {name}_div_{w}" for name, w in dividers(seg)])
         kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t n) {{\n"
                   f"    const int64_t kw_stride = static_cast<int64_t>(gridDim.x) * blockDim.x * {VEC};\n"
                   f"    for (int64_t kw_base = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * {VEC};"
@@ -720,22 +729,12 @@ def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
                   f"    const int64_t per_block = static_cast<int64_t>(threads) * {VEC};\n"
                   "    const int64_t blocks = std::min<int64_t>((n + per_block - 1) / per_block, 2147483647);\n"
                   "    kw_fused_kernel<<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(\n"
-                  f"        {_ptr_args(seg, dividers=True)}, n);\n"
+                  f"        {_ptr_args(seg, with_dividers=True)}, n);\n"
                   "    C10_CUDA_KERNEL_LAUNCH_CHECK();\n")
     else:
         # the staged rows' bytes, as kw_stage_slot lays them out
         smem = " + ".join(f"kw_stage_bytes<{C_TYPES[a.dtype]}>(cols)" for a in _staged(seg)) or "0"
-        # a broadcast input that is neither one value a row nor a vector along it, laid out like x
-        # (kw_row_vec reads those two shapes only): one gather, for shapes a module rarely has
-        gather = "".join(
-            f"    if (!({a.name}_inner % cols == 0 || ({a.name}_inner == 1 && {a.name}_span % cols == 0))) {{\n"
-            f"        {a.name} = {a.name}.index_select(0, torch::arange(rows * cols, {a.name}.options().dtype("
-            f"torch::kLong)).div({a.name}_inner, \"floor\").remainder({a.name}_span));\n"
-            f"        {a.name}_inner = 1;\n"
-            f"        {a.name}_span = rows * cols;\n"
-            "    }\n" for a in seg.args if a.pattern == "broadcast")
-        launch = (f"{gather}"
-                  "    const int threads = static_cast<int>(std::clamp<int64_t>(kw_threads, 32, 1024) / 32 * 32);\n"
+        launch = ("    const int threads = static_cast<int>(std::clamp<int64_t>(kw_threads, 32, 1024) / 32 * 32);\n"
                   "    // stage the rows in shared memory only where they fit beside the reductions' buffers\n"
                   f"    const int64_t smem = kw_stage ? {smem} : 0;\n"
                   "    const int stage = smem > 0 && smem + 1024 <= static_cast<int64_t>(\n"

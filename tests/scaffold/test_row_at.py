@@ -53,6 +53,25 @@ def test_a_rows_position_found_once_is_the_per_value_position() -> None:
     assert modes_seen == {0, 1, 2}  # every mode met, the shortcuts and the per-value formula
 
 
+def test_a_row_kernels_broadcast_input_is_one_value_or_one_vector_a_row() -> None:
+    """Given the row length, _kw_bcast lays out like x every pattern that is neither one value a row
+    nor a vector along it (what the CUDA row kernel's kw_row_vec can read), and the values stay the
+    broadcast tensor's."""
+    h = _helpers()
+    laid_out = 0
+    for shape in [(2, 3, 4, 5), (3, 8), (4, 2, 6)]:
+        for k in range(1, len(shape)):
+            cols = math.prod(shape[-k:])
+            for pshape in _patterns(shape):
+                t = torch.arange(math.prod(pshape), dtype=torch.float32).reshape(pshape)
+                values, inner, span = h["_kw_bcast"](t, shape, cols)
+                assert inner % cols == 0 or (inner == 1 and span % cols == 0), (shape, k, pshape)
+                flat = torch.arange(math.prod(shape))
+                assert torch.equal(values[(flat // inner) % span], t.expand(shape).reshape(-1)), (shape, k, pshape)
+                laid_out += values.numel() == math.prod(shape) and t.numel() < values.numel()
+    assert laid_out > 0  # some patterns needed the layout
+
+
 CUDA_CHECK = r"""
 static float kw_vals[4096 * 4];
 int main() {

@@ -38,6 +38,7 @@ from kernelwright.scaffold.skeleton import (
     VEC,
     cpp_kernel,
     cuda_kernel,
+    dividers,
 )
 from kernelwright.scaffold.types import Probes, Segment, SegmentKind
 
@@ -66,7 +67,7 @@ def _call(seg: Segment, target: str, count: int, cols: int) -> str:
             args += ["1", str(count * cols)]  # values[(i / 1) % total] == values[i]
     args.append("kw_out")
     if target == "cuda" and seg.kind == SegmentKind.ELEMENTWISE:  # the broadcast inputs' dividers
-        args += [f"kw_divider_of({d})" for a in seg.args if a.pattern == "broadcast" for d in (1, count * cols)]
+        args += [f"kw_divider_of({1 if w == 'inner' else count * cols})" for _, w in dividers(seg)]
     args += [str(count)] if seg.kind == SegmentKind.ELEMENTWISE else [str(count), str(cols)]
     if target == "cuda" and seg.kind == SegmentKind.ROW:
         args.append("1")  # rows staged in shared memory, as the skeleton launches them by default
