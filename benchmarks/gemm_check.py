@@ -1,11 +1,12 @@
 """The Triton gemm skeleton on a GPU: for each task whose Triton plan takes its GEMM into the kernel,
 the oracle program through the real evaluator (timed against eager PyTorch and torch.compile), and
 the kernels' own device time (device_time.py) under each way of multiplying fp32 operands: the
-skeleton's policy (gemm_skeleton.FP32_PRODUCTS) and the others of "ieee" (fp32 FMA), "tf32x3"
-(the 3xTF32 split on the tensor cores) and "tf32" (one TF32 pass, Triton's default for fp32
-`tl.dot`), each with its error against the reference in float64. The
-TF32 twin also goes through the evaluator: on fp32 tasks it should be wrong_output, the reason for
-the policy (docs/scaffold.md, "Numerics").
+skeleton's policy (gemm_skeleton.FP32_PRODUCTS) and the others of gemm_skeleton.PRODUCTS: "split3"
+(3xTF32 on operands split once), "ieee" (fp32 FMA), "tf32x3" (Triton's own 3xTF32, split inside
+the loop) and "tf32" (one TF32 pass, Triton's default for fp32 `tl.dot`), each with its error
+against the reference in float64. The TF32 twin also goes through the evaluator: on fp32 tasks it
+should be wrong_output (outside the tolerance and far less accurate than the reference against
+float64), the reason for the policy (docs/scaffold.md, "Numerics").
 
     python benchmarks/gemm_check.py --device cuda --out gemm-check.md builtin/L1/10_matmul examples/gemm_bias_gelu.py
 """
@@ -25,12 +26,11 @@ from device_time import measure  # noqa: E402
 from kernelwright.device import resolve_size  # noqa: E402
 from kernelwright.evaluate import EvalConfig, evaluate  # noqa: E402
 from kernelwright.scaffold import SegmentKind, plan_tasks, write  # noqa: E402
-from kernelwright.scaffold.gemm_skeleton import FP32_PRODUCTS  # noqa: E402
+from kernelwright.scaffold.gemm_skeleton import FP32_PRODUCTS, PRODUCTS, write_triton_gemm  # noqa: E402
 from kernelwright.scaffold.oracle import region  # noqa: E402
 from kernelwright.tasks import load_task  # noqa: E402
 
-POLICY = f'input_precision="{FP32_PRODUCTS}"'
-OTHERS = tuple(p for p in ("ieee", "tf32x3", "tf32") if p != FP32_PRODUCTS)
+OTHERS = tuple(p for p in PRODUCTS if p != FP32_PRODUCTS)
 
 
 def _x(a: float | None, b: float | None) -> str:
@@ -71,7 +71,9 @@ def main() -> int:
             rows.append(f"| {t.id} | {sc.reason} | | | | | | | |")
             continue
         program = sc.program_with(region(sc))
-        twins = {o: program.replace(POLICY, f'input_precision="{o}"') for o in OTHERS if POLICY in program}
+        chosen = p.for_target("triton")
+        fp32 = sc.segment.gemm is not None and sc.segment.gemm.a.dtype == "float32"
+        twins = {o: write_triton_gemm(chosen, chosen.segment, o).program_with(region(sc)) for o in OTHERS} if fp32 else {}
         verdict = ms = xe = xc = twin = "-"
         if not args.no_judge:
             r = evaluate(t, program, timed)
@@ -83,6 +85,9 @@ def main() -> int:
                 twin = tr.verdict.value + (f" ({tr.mismatch.max_abs_diff:.3g})" if tr.mismatch else "")
             if r.error:
                 print(f"{t.id}: {r.error[:400]}", flush=True)
+            if r.accuracy:
+                print(f"{t.id}: judged against float64 in {r.accuracy.comparisons} checks: "
+                      f"{r.accuracy.model_dump()}", flush=True)
         d, v = measure(t, {FP32_PRODUCTS: program, **twins}, size, device=args.device)
         mine = v[FP32_PRODUCTS]
         device = " / ".join([_ms(d.eager_ms), _ms(d.compile_ms), _ms(mine.program_ms)]

@@ -22,9 +22,10 @@ elementwise (the Triton elementwise skeleton):
                 shape, as Inductor compiles one): the division and modulo become shifts or a
                 multiply
   int32_const   both
-gemm (the Triton GEMM skeleton):
-  group         grouped tile order (8 tile rows a group), Triton's tutorial's L2 reuse
-  fma           BLOCK_K 16 configs (fp32 products are FMAs: narrower K tiles, larger M x N)
+gemm (the Triton GEMM skeleton; its grouped tile order, once the `group` variant, is its own since
+2026-12-04d):
+  bk16          BLOCK_K 16 configs (narrower K tiles, larger M x N: measured for the fp32 FMA
+                products, 2026-12-04b)
 
     python benchmarks/kernel_variants.py --tasks builtin:1:8-9 --variant runtime_cols --variant reload
 
@@ -114,30 +115,14 @@ def persist(p: str, programs: int = 132 * 4, stages: int = 2) -> str:
     return text.replace(", out, cols, BLOCK=block", ", out, rows, cols, BLOCK=block", 1)
 
 
-SWIZZLE = ("    kw_pid = tl.program_id(0)\n"
-           "    kw_gn = tl.cdiv(kw_n, BLOCK_N)\n"
-           "    kw_first = (kw_pid // (8 * kw_gn)) * 8\n"
-           "    kw_size = tl.minimum(tl.cdiv(kw_m, BLOCK_M) - kw_first, 8)\n"
-           "    kw_pm = kw_first + (kw_pid % (8 * kw_gn)) % kw_size\n"
-           "    kw_pn = (kw_pid % (8 * kw_gn)) // kw_size\n"
-           "    kw_rm = (kw_pm * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)\n"
-           "    kw_rn = (kw_pn * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)\n")
-
-
-def group(p: str) -> str:
-    p = re.sub(r"    kw_rm = \(tl.program_id\(0\).*\n    kw_rn = \(tl.program_id\(1\).*\n", lambda _: SWIZZLE, p, count=1)
-    return p.replace("(triton.cdiv(kw_m, meta['BLOCK_M']), triton.cdiv(kw_n, meta['BLOCK_N']), kw_batch)",
-                     "(triton.cdiv(kw_m, meta['BLOCK_M']) * triton.cdiv(kw_n, meta['BLOCK_N']), 1, kw_batch)")
-
-
-FMA_CONFIGS = [(128, 128, 16, 3, 8), (128, 128, 16, 5, 8), (256, 128, 16, 3, 8), (128, 256, 16, 3, 8),
+BK16_CONFIGS = [(128, 128, 16, 3, 8), (128, 128, 16, 5, 8), (256, 128, 16, 3, 8), (128, 256, 16, 3, 8),
                (64, 128, 16, 4, 4), (128, 64, 16, 4, 4), (128, 128, 32, 3, 8), (64, 256, 16, 3, 8),
                (256, 64, 16, 3, 8), (64, 64, 16, 4, 4), (128, 128, 16, 2, 4), (128, 128, 16, 4, 8)]
 
 
-def fma(p: str) -> str:
+def bk16(p: str) -> str:
     rows = ",\n".join(f'    triton.Config({{"BLOCK_M": {bm}, "BLOCK_N": {bn}, "BLOCK_K": {bk}}}, num_stages={s}, '
-                      f"num_warps={w})" for bm, bn, bk, s, w in FMA_CONFIGS)
+                      f"num_warps={w})" for bm, bn, bk, s, w in BK16_CONFIGS)
     return re.sub(r"KW_GEMM_CONFIGS = \[\n.*?\n\]\n", lambda _: f"KW_GEMM_CONFIGS = [\n{rows},\n]\n", p, count=1,
                   flags=re.S)
 
@@ -145,7 +130,7 @@ def fma(p: str) -> str:
 ROW_VARIANTS = {"runtime_cols": runtime_cols, "evict": evict, "reload": reload, "persist": persist,
                 "int32": int32, "inductor": inductor}
 ELEMENTWISE_VARIANTS = {"int32": int32, "const_bcast": const_bcast, "int32_const": int32_const}
-GEMM_VARIANTS = {"group": group, "fma": fma}
+GEMM_VARIANTS = {"bk16": bk16}
 
 
 def programs_for(program: str, kind: SegmentKind, names: list[str]) -> dict[str, str]:

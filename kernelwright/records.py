@@ -146,6 +146,20 @@ class Tolerance(BaseModel):
     dtype: str  # the output dtype the tolerance was chosen for
 
 
+class Accuracy(BaseModel):
+    """Outputs outside the tolerance that were judged against the reference run in float64 and found
+    at least about as accurate as the reference itself (measure/compare.py, `as_accurate`): an fp32
+    GEMM summed in another order, or on the tensor cores split into head and tail, differs from
+    the fp32 reference by more than 1e-4 and from the exact product by less than it does."""
+
+    comparisons: int  # output checks decided this way (trials, timed calls, rechecks)
+    # the worst one's: max abs error against the float64 run, the candidate's and the reference's
+    max_abs_err: float
+    ref_max_abs_err: float
+    rms_err: float
+    ref_rms_err: float
+
+
 class Finding(BaseModel):
     """One static-rule or grounding observation about a candidate's source."""
 
@@ -260,6 +274,8 @@ class EvalResult(Versioned):
     device: Optional[str] = None
     compile_only: bool = False
     tolerance: Optional[Tolerance] = None
+    # set where some output was outside the tolerance and passed against the float64 reference
+    accuracy: Optional[Accuracy] = None
     trials: int = 0
     mismatch: Optional[Mismatch] = None
     timing: Optional[TimingStats] = None

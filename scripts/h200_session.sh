@@ -157,12 +157,15 @@ ray)  # `ray r0` then `ray r1`: Ray's cp312 wheel (79 MB: `head -c 42M WHEEL > .
       /tmp/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl .carry/raydeps/*.whl
     python3 -c "import ray; print('ray', ray.__version__)"
   fi ;;
-poll)  # wait up to $2 seconds for the detached jobs, printing where they are
+poll)  # wait up to $2 seconds for the detached jobs, printing where they are. Only command lines that
+  # start with python count: the call's own `bash -c` names the jobs too (2026-12-04d: a poll that
+  # matched its own call waited all its 420 s after the jobs had ended)
+  jobs='^python[0-9.]* .*(kernelwright.cli.main (study|optimize)|eval_throughput|scaffold_check|copy_timing|skeleton_speed|gemm_check|ray_scaling)'
   end=$((SECONDS + ${2:-300}))
-  while [ $SECONDS -lt $end ] && pgrep -f "[k]ernelwright.cli.main (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing|[s]keleton_speed|[g]emm_check|[r]ay_scaling" > /dev/null; do sleep 10; done
+  while [ $SECONDS -lt $end ] && pgrep -f "$jobs" > /dev/null; do sleep 10; done
   for f in /tmp/kwout/*.log; do echo "== $f"; tail -c 1500 "$f" | tr '\r' '\n' | tail -n 8; done
   for f in /tmp/st/*/cells.jsonl; do [ -f "$f" ] && echo "$f: $(wc -l < "$f") cells"; done
-  pgrep -fa "[k]ernelwright.cli.main (study|optimize)|[e]val_throughput|[s]caffold_check|[c]opy_timing|[s]keleton_speed|[g]emm_check|[r]ay_scaling" | cut -c1-120 ;;
+  pgrep -fa "$jobs" | cut -c1-120 ;;
 pool)  # the throughput benchmark's pool pass, detached, on a quiet machine (nothing else running)
   cd /tmp/kwb
   PYTHONPATH=/tmp/site:/tmp/kwb setsid nohup python3 benchmarks/eval_throughput.py --set gpu --device cuda \

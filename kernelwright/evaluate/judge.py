@@ -56,6 +56,8 @@ class Judge:
         self.ref_runner = ref_runner
         self.fields: dict[str, Any] = {"judge": "split"}
         self.current = "start-up"
+        # the reference cast to float64 for _exact, at its first use; False: it does not run so
+        self.exact_model: Any = None
 
     def stage(self, name: str) -> Any:
         self.current = name
@@ -236,6 +238,42 @@ class Judge:
     def _tol(self, refs: list[Any]) -> Any:
         return self.compare.tolerance_for(refs, self.job.atol, self.job.rtol)
 
+    def _exact(self, inputs: list[Any]) -> Any:
+        """compare.compare's `exact` for these inputs: the reference run in float64 on them (a copy
+        of the module, cast once), at the first output outside the tolerance, once; None where the
+        module does not run in float64."""
+        import copy
+
+        torch = self.torch
+        memo: list[Any] = []
+
+        def run() -> Optional[list[Any]]:
+            if memo:
+                return memo[0]
+            memo.append(None)
+            try:
+                if self.exact_model is None:
+                    self.exact_model = copy.deepcopy(self.ref_model).double()
+                doubled = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                           for x in self.timing.clone_inputs(inputs)]
+                with torch.no_grad():
+                    memo[0] = self.compare.flatten(self.exact_model(*doubled))
+            except Exception:  # noqa: BLE001 - a module that cannot run in float64: the tolerance alone decides
+                self.exact_model = False
+            return memo[0]
+
+        return (lambda: None) if self.exact_model is False else run
+
+    def _compared(self, out_r: Any, out_c: Any, inputs: list[Any], trial: int, tol: Any = None,
+                  record: bool = True) -> Any:
+        """compare.compare with the float64 hearing; a match decided by it is counted in the record."""
+        result = self.compare.compare(out_r, out_c, tol or self.tol, trial, self._exact(inputs))
+        if record and result.accuracy is not None:
+            seen = self.fields.get("accuracy")
+            merged = self.compare.merge_accuracy(type(result.accuracy)(**seen) if seen else None, result.accuracy)
+            self.fields["accuracy"] = merged.model_dump()
+        return result
+
     def _correctness(self) -> None:
         compare, job = self.compare, self.job
         previous: list[tuple[Any, Any]] = []
@@ -254,7 +292,7 @@ class Judge:
                 self.tol = self._tol(out_r)
                 self.like = out_r
                 self.fields["tolerance"] = self.tol.model_dump()
-            result = compare.compare(out_r, out_c, self.tol, k)
+            result = self._compared(out_r, out_c, inputs, k)
             self.fields["trials"] = k + 1
             if result.kind == "subclass" and reply.error:
                 result.message = reply.error  # the runner named the subclass; the placeholder cannot
@@ -273,12 +311,12 @@ class Judge:
         # Custom code must run in every trial, not once at construction or on one lucky input.
         self.fields["custom_kernel"] = bool(calls_per_trial) and all(calls_per_trial)
 
-    def _timing(self) -> tuple[Any, Any, Any]:
+    def _timing(self) -> tuple[Any, Any]:
         """The candidate's runner against the reference's, under timing.time_served_pair; returns
-        what the compile baseline is timed with (the output check, the protocol, the candidate's times)."""
+        what the compile baseline is timed with (the protocol, the candidate's times)."""
         from kernelwright.evaluate.remote import Refused, Served
 
-        timing, job, compare = self.timing, self.job, self.compare
+        timing, job = self.timing, self.job
         ref = self.ref_runner
         assert ref is not None
         for _ in ("import", "init"):  # posted after load_reference
@@ -286,15 +324,10 @@ class Judge:
             if not reply.ok:
                 raise Finish("reference_error", f"the reference's runner: {reply.error}")
         cfg = timing.TimingConfig(**job.timing.model_dump())
-
-        def check(out_r: Any, out_c: Any) -> Optional[str]:
-            result = compare.compare(out_r, out_c, self.tol, -1)
-            return None if result.ok else result.message
-
         cand_served, ref_served = Served(self.cand, self.like), Served(ref, self.like)
         try:
-            pair = self._ask(timing.time_served_pair, cand_served, ref_served, self._draw, check,
-                             self.device, cfg, self._bandwidth(), null=ref_served)
+            pair = self._ask(timing.time_served_pair, cand_served, ref_served, self._draw,
+                             self._output_check(), self.device, cfg, self._bandwidth(), null=ref_served)
             fields = timing.pair_fields(pair, self.device.type == "cuda")
         except timing.TimedCallRejected as e:
             raise Finish("cheat", e.message, cheat_reasons=[e.reason]) from e
@@ -304,7 +337,16 @@ class Judge:
             raise self._claim(e.reply) from None
         self.fields.setdefault("flags", []).extend(fields.pop("flags"))
         self.fields.update(fields)
-        return check, cfg, pair.candidate
+        return cfg, pair.candidate
+
+    def _output_check(self, record: bool = True) -> Any:
+        """time_served_pair's check of every timed call's outputs: as the trials' are judged."""
+
+        def check(out_r: Any, out_c: Any, inputs: list[Any]) -> Optional[str]:
+            result = self._compared(out_r, out_c, inputs, -1, record=record)
+            return None if result.ok else result.message
+
+        return check
 
     def _draw(self) -> list[Any]:
         """Fresh inputs for one timed call."""
@@ -337,17 +379,18 @@ class Judge:
 
         return self.floor_bandwidth(str(self.device), Path(self.job.builds_root).parent)
 
-    def _time_compiled(self, check: Any, cfg: Any, cand: Any) -> None:
+    def _time_compiled(self, cfg: Any, cand: Any) -> None:
         """torch.compile(reference), compiled by _compile_reference, timed against the eager reference
-        in the reference's runner under the candidate's protocol and thread count. A failure is a
-        fact about this machine."""
+        in the reference's runner under the candidate's protocol and thread count, its outputs judged
+        as the candidate's are (not counted in the candidate's record). A failure is a fact about
+        this machine."""
         from kernelwright.evaluate.remote import Refused, Served
 
         ref = self.ref_runner
         try:
             eager = Served(ref, self.like)
             comp = self._ask(self.timing.time_served_pair, Served(ref, self.like, "compiled"),
-                             eager, self._draw, check, self.device, cfg, threads=cand.threads, null=eager).candidate
+                             eager, self._draw, self._output_check(record=False), self.device, cfg, threads=cand.threads, null=eager).candidate
         except (Refused, self.timing.TimedCallRejected) as e:
             self._baseline_failed(e.reply.error if isinstance(e, Refused) else e.message)
             return
@@ -357,7 +400,7 @@ class Judge:
         inputs = self._inputs(self.job.seed + 999_983)
         out_r = self._reference(inputs)
         out_c, _ = self._call(inputs, out_r)
-        result = self.compare.compare(out_r, out_c, self._tol(out_r), -1)
+        result = self._compared(out_r, out_c, inputs, -1, self._tol(out_r))
         if not result.ok:
             raise Finish("cheat", "correct on the first trials, wrong after repeated calls: " + result.message,
                          cheat_reasons=["output changes after repeated calls (caching or state)"])
@@ -366,21 +409,24 @@ class Judge:
         """work.py's checks: the probes run in the candidate's runner around its custom calls and
         report what they saw (claims); the outputs are compared here with the judge's reference."""
 
+        drawn: dict[int, list[Any]] = {}
+
         def forward(probe: str, offset: int, perturb: Optional[list[str]] = None) -> tuple[Any, Any, Any]:
-            inputs = self._inputs(self.job.seed + 555_557 + offset)
+            inputs = drawn[offset] = self._inputs(self.job.seed + 555_557 + offset)
             out_r = self._reference(inputs)
             out_c, reply = self._call(inputs, out_r, probe, perturb)
             return out_r, out_c, reply
 
-        def matches(out_r: Any, out_c: Any) -> Any:
-            return self.compare.compare(out_r, out_c, self._tol(out_r), -1)
+        def matches(out_r: Any, out_c: Any, offset: int) -> Any:
+            # noise that happens to be as accurate as the reference is no noise: not recorded
+            return self._compared(out_r, out_c, drawn[offset], -1, self._tol(out_r), record=offset == 1)
 
         _, _, timed = forward("time", 0)
         out_r, out_c, seen = forward("inspect", 1)
         total = timed.seconds or 0.0
         share = (timed.custom_seconds or 0.0) / total if total > 0 else None
         self.fields["custom_share"] = round(min(1.0, max(0.0, share)), 4) if share is not None else None
-        result = matches(out_r, out_c)
+        result = matches(out_r, out_c, 1)
         if not result.ok:
             raise Finish("wrong_output", "wrong on fresh inputs in the work check: " + result.message)
         self.fields["copy_only_calls"] = sorted(set(seen.seen) - set(seen.work))
@@ -394,7 +440,7 @@ class Judge:
             if f.verdict in ("runtime_error", "hallucinated_api"):
                 return  # failing on altered custom outputs is depending on them
             raise
-        if matches(out_r, perturbed).ok:
+        if matches(out_r, perturbed, 2).ok:
             self.fields["custom_kernel"] = False
             raise Finish("no_custom_kernel", "the output does not depend on the custom code: with the outputs of "
                          f"{', '.join(sorted(seen.work))} replaced by noise, it still matches the reference")

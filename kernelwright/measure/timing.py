@@ -295,7 +295,7 @@ def below_floor(cand: TimingStats, ref: TimingStats, margin: float = 0.5, min_fl
 # --- the candidate against the reference, each in its own runner process (judge.py) -------------
 
 def time_served_pair(candidate: Any, reference: Any, draw: Callable[[], list[Any]],
-                     check: Callable[[Any, Any], Optional[str]], device: torch.device, cfg: TimingConfig,
+                     check: Callable[[Any, Any, list[Any]], Optional[str]], device: torch.device, cfg: TimingConfig,
                      bandwidth: Optional[float] = None, threads: Optional[int] = None,
                      null: Optional[Any] = None) -> PairTiming:
     """time_pair's protocol for models served by runner processes (remote.Served): the judge's
@@ -307,6 +307,9 @@ def time_served_pair(candidate: Any, reference: Any, draw: Callable[[], list[Any
     clock starts, and every output byte checked was in place before it stopped. Both runners pay
     the same copies and round trip, which dilutes a speedup towards 1, never away from it: on a
     memory-bound task the copies are several times the kernel (docs/results/skeleton-speed-h200.md).
+
+    `check(reference's outputs, candidate's outputs, inputs)` judges every call, warm-up included
+    (None: right; else what is wrong); the inputs let it run the reference in float64 too.
 
     `null` (a trusted runner: the reference's) adds a third timed call per round with the same
     copies and round trip and no forward (link.Echo), after the pair; its median is the protocol's
@@ -354,7 +357,7 @@ def time_served_pair(candidate: Any, reference: Any, draw: Callable[[], list[Any
                     samples_c.append(ms_c)
                     samples_r.append(ms_r)
                 same = identical(candidate.inputs_after(staged_c), reference.inputs_after(staged_r))
-                _check_call(i, cfg, same, check(out_r, out_c))
+                _check_call(i, cfg, same, check(out_r, out_c, inputs))
                 floor_bytes = _tensor_bytes(inputs) + _tensor_bytes(out_r)
                 if null is not None:  # after the checks: it writes the reference's inputs again
                     _, ms_n = timed(null, staged_r, run_null=True)

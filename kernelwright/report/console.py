@@ -28,6 +28,12 @@ def print_result(console: Console, r: EvalResult) -> None:
         facts.add_row("copy-only custom calls", ", ".join(r.copy_only_calls))
     if r.tolerance:
         facts.add_row("tolerance", f"atol={r.tolerance.atol:g} rtol={r.tolerance.rtol:g} ({r.tolerance.dtype}), {r.trials} trials")
+    if r.accuracy:
+        a = r.accuracy
+        facts.add_row("outside the tolerance, as accurate",
+                      f"{a.comparisons} output check(s) passed against the reference run in float64: max abs error "
+                      f"{a.max_abs_err:.3g} (the reference's {a.ref_max_abs_err:.3g}), root mean square "
+                      f"{a.rms_err:.3g} ({a.ref_rms_err:.3g})")
     if r.runtime_ms is not None and r.timing and r.ref_timing:
         facts.add_row("runtime", f"{r.runtime_ms:.4f} ms (IQR {r.timing.p25_ms:.4f}-{r.timing.p75_ms:.4f})")
         facts.add_row("reference", f"{r.ref_runtime_ms:.4f} ms (IQR {r.ref_timing.p25_ms:.4f}-{r.ref_timing.p75_ms:.4f})")

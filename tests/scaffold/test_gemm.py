@@ -18,7 +18,7 @@ from kernelwright.child import load_task_module
 from kernelwright.records import Verdict
 from kernelwright.scaffold import SegmentKind, default_launch, launch_variants, plan_tasks, precheck, with_launch, write
 from kernelwright.scaffold.gemm_plan import GEMM_HEADER
-from kernelwright.scaffold.gemm_skeleton import FP32_PRODUCTS
+from kernelwright.scaffold.gemm_skeleton import FP32_PRODUCTS, write_triton_gemm
 from kernelwright.scaffold.oracle import region
 from kernelwright.tasks import load_task
 from tests.conftest import TASKS
@@ -90,8 +90,15 @@ def test_cuda_and_cpp_programs_are_what_they_were(plans) -> None:
 
 def test_fp32_products_keep_fp32_accuracy_and_half_products_use_tensor_cores(plans) -> None:
     fp32 = write(plans[GELU], "triton").program
-    assert f'tl.dot(kw_a_tile, kw_b_tile, kw_acc, input_precision="{FP32_PRODUCTS}")' in fp32
-    assert FP32_PRODUCTS == "ieee"  # never one TF32 pass; 3xTF32 was judged wrong on the H200
+    assert FP32_PRODUCTS == "split3"  # 3xTF32 on split operands, never one TF32 pass
+    assert "kw_a, kw_a_tail = kw_split(kw_a[None])" in fp32 and "kw_b, kw_b_tail = kw_split(kw_b[None].transpose(1, 2))" in fp32
+    # three products a K step into a fresh partial, the running sum in fp32 adds
+    assert fp32.count('input_precision="tf32")') == 3 and "kw_acc += kw_step" in fp32
+    assert 'kw_step = tl.dot(kw_a_tail, kw_b_head, input_precision="tf32")' in fp32
+    for products in ("ieee", "tf32x3"):  # the single-dot twins a benchmark times beside it
+        twin = write_triton_gemm(plans[GELU].for_target("triton"), plans[GELU].for_target("triton").segment, products)
+        assert f'tl.dot(kw_a_tile, kw_b_tile, kw_acc, input_precision="{products}")' in twin.program
+        assert "kw_split" not in twin.program and "kw_tf32" not in twin.program
     half = write(plans["bmm"], "triton").program
     assert "tl.dot(kw_a_tile, kw_b_tile, kw_acc)" in half and "input_precision" not in half
     assert "@triton.autotune(configs=KW_GEMM_CONFIGS" in fp32 and "KW_LAUNCH" not in fp32
@@ -126,15 +133,52 @@ def test_a_gemm_skeleton_has_a_library_twin_where_the_region_fits_both(plans) ->
     assert write(plans[MATMUL], "triton").library_twin is None
 
 
-def test_tf32_would_fail_the_evaluators_fp32_tolerance(tasks) -> None:
-    """Why the skeleton never takes Triton's default for fp32 dot: on the task's own inputs a TF32
-    product is off by more than the fp32 tolerance (1e-4), so a correct region would be wrong."""
+def _split3(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The skeleton's fp32 product emulated: heads and tails in TF32, tail x head + head x tail +
+    head x head with fp32 accumulation (each product of TF32 values is exact in fp32)."""
+    ah, bh = _tf32(a), _tf32(b)
+    at, bt = _tf32(a - ah), _tf32(b - bh)
+    return at @ bh + ah @ bt + ah @ bh
+
+
+def test_one_tf32_pass_fails_the_evaluators_check_and_3xtf32_passes(tasks) -> None:
+    """The policy's numerics on the matmul task's own inputs: a TF32 product is off the fp32 reference
+    by more than the tolerance and, against the float64 product, far less accurate than it, so it
+    fails both ways the evaluator checks (measure/compare.py); the 3xTF32 split is as accurate as
+    the reference, whether or not it also rounds within 1e-4 of it."""
+    from kernelwright.measure.compare import compare, tolerance_for
+
     module = load_task_module(tasks[MATMUL].source, tasks[MATMUL].path, "kw_gemm_tf32")
     torch.manual_seed(0)
     a, b = module.get_inputs()
+    ref = a @ b
     exact = a.double() @ b.double()
-    assert torch.allclose((a @ b).double(), exact, atol=1e-4, rtol=1e-4)
-    assert not torch.allclose((_tf32(a) @ _tf32(b)).double(), exact, atol=1e-4, rtol=1e-4)
+    tol = tolerance_for([ref], None, None)
+    one_pass = compare(ref, _tf32(a) @ _tf32(b), tol, 0, lambda: [exact])
+    assert not one_pass.ok and "float64" in one_pass.message
+    split = _split3(a, b)
+    assert compare(ref, split, tol, 0, lambda: [exact]).ok
+    assert (split.double() - exact).abs().max() < 2 * (ref.double() - exact).abs().max()
+
+
+@pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
+def test_kw_split_is_exact_in_head_and_tail(monkeypatch) -> None:
+    """The program's split under the interpreter: both parts TF32 (13 low bits zero), their sum x to
+    2^-21 of it, read through strides (a transposed weight) and batched."""
+    from kernelwright.scaffold import gemm_skeleton
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+    names: dict = {}
+    exec("import torch\nimport triton\nimport triton.language as tl\n" + gemm_skeleton.SPLIT_HELPERS, names)
+    torch.manual_seed(0)
+    x = torch.randn(3, 70, 50).transpose(1, 2) * torch.logspace(-20, 20, 70)  # strided, wide exponents
+    head, tail = names["kw_split"](x)
+    assert head.is_contiguous() and head.shape == x.shape
+    for part in (head, tail):
+        assert bool(((part.view(torch.int32) & 0x1FFF) == 0).all())
+    err = (head.double() + tail.double() - x.double()).abs()
+    assert bool((err <= x.double().abs() * 2.0 ** -21).all())
 
 
 def test_the_precheck_runs_the_epilogue(plans) -> None:

@@ -58,4 +58,4 @@ def test_every_variant_is_the_same_computation(fast_cfg) -> None:
 def test_a_variant_that_no_longer_applies_is_an_error() -> None:
     bench = _bench()
     with pytest.raises(ValueError, match="does not change"):
-        bench.programs_for("def kw_fused_kernel(x):\n    pass\n", SegmentKind.GEMM, ["group"])
+        bench.programs_for("def kw_fused_kernel(x):\n    pass\n", SegmentKind.GEMM, ["bk16"])
