@@ -211,6 +211,9 @@ class Mismatch(BaseModel):
     mismatch_fraction: Optional[float] = None  # share of elements outside the tolerance
     nonfinite_in_candidate: int = 0
     detail: Optional[str] = None
+    # the float64 hearing's errors where it ran and the output was less accurate than the reference
+    # (measure/compare.py); kept out of `summary`, which is what a model's repair prompt reads
+    accuracy: Optional[Accuracy] = None
 
     def summary(self) -> str:
         """The statistics in words, for error messages and for feedback to the model."""

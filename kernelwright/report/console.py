@@ -28,6 +28,11 @@ def print_result(console: Console, r: EvalResult) -> None:
         facts.add_row("copy-only custom calls", ", ".join(r.copy_only_calls))
     if r.tolerance:
         facts.add_row("tolerance", f"atol={r.tolerance.atol:g} rtol={r.tolerance.rtol:g} ({r.tolerance.dtype}), {r.trials} trials")
+    heard = r.mismatch.accuracy if r.mismatch else None
+    if heard:
+        facts.add_row("against float64", f"max abs error {heard.max_abs_err:.3g} (the reference's {heard.ref_max_abs_err:.3g}), "
+                      f"root mean square {heard.rms_err:.3g} ({heard.ref_rms_err:.3g}): less accurate than the "
+                      "reference, so outside the tolerance stays wrong")
     if r.accuracy:
         a = r.accuracy
         facts.add_row("outside the tolerance, as accurate",

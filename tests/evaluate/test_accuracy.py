@@ -57,8 +57,11 @@ def test_less_accurate_than_the_reference_fails(how):
         cand[3] = float("nan")
     result = compare(ref, cand, _tol(ref), 0, lambda: [exact])
     assert not result.ok and result.accuracy is None
-    if how != "nonfinite":
-        assert "float64" in result.message
+    heard = result.mismatch.accuracy
+    if how == "nonfinite":
+        assert heard is None  # no hearing for NaN where the reference is finite
+    else:  # heard, and the record says how much less accurate
+        assert heard is not None and heard.max_abs_err > heard.ref_max_abs_err or heard.rms_err > heard.ref_rms_err
 
 
 @pytest.mark.parametrize("exact", [None, "float32", "shape", "another_run"])
@@ -107,8 +110,9 @@ def test_the_evaluator_hears_an_exact_answer_in_every_check(offset_sum, fast_cfg
 
 def test_the_evaluator_refuses_a_downgrade_as_inaccurate(offset_sum, fast_cfg):
     result = evaluate(offset_sum, HALF, fast_cfg(trials=2, time=False))
-    assert result.verdict == Verdict.WRONG_OUTPUT
-    assert "float64" in result.error and result.accuracy is None
+    assert result.verdict == Verdict.WRONG_OUTPUT and result.accuracy is None
+    heard = result.mismatch.accuracy
+    assert heard is not None and heard.max_abs_err > 2 * heard.ref_max_abs_err
 
 
 def test_the_report_says_which_checks_passed_against_float64():
@@ -123,3 +127,15 @@ def test_the_report_says_which_checks_passed_against_float64():
     print_result(console, r)
     text = console.export_text()
     assert "47 output check(s) passed against the reference run in float64" in text and "0.002" in text
+
+
+def test_the_report_says_how_much_less_accurate_a_wrong_output_was():
+    from rich.console import Console
+
+    from kernelwright.records import Accuracy, EvalResult, Mismatch
+    from kernelwright.report.console import print_result
+
+    console = Console(record=True, width=200)
+    heard = Accuracy(comparisons=1, max_abs_err=0.38, ref_max_abs_err=2.0e-3, rms_err=0.05, ref_rms_err=1.5e-4)
+    print_result(console, EvalResult(verdict=Verdict.WRONG_OUTPUT, mismatch=Mismatch(trial=0, accuracy=heard)))
+    assert "max abs error 0.38 (the reference's 0.002)" in console.export_text()
