@@ -38,9 +38,16 @@ print(json.dumps(out))
 
 
 def programs(repo: Path, tasks: list[str]) -> dict:
+    """Each task's oracle program as `repo`'s kernelwright writes it. The child runs in `repo`: with
+    `-c`, Python puts the working folder before PYTHONPATH, so run from this checkout it imported
+    this checkout's kernelwright for the baseline too (until 2026-12-04e every "baseline" column
+    was the current code: the vectorised loop's "no gain" of 2026-12-03 compared it with itself)."""
     env = {**os.environ, "PYTHONPATH": str(repo)}
-    done = subprocess.run([sys.executable, "-c", WRITE, *tasks], env=env, capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    paths = [str(Path(t).resolve()) if Path(t).exists() else t for t in tasks]
+    done = subprocess.run([sys.executable, "-c", WRITE, *paths], env=env, cwd=repo, capture_output=True, text=True,
+                          check=True)
+    written = json.loads(done.stdout.strip().splitlines()[-1])
+    return {t: written[p] for t, p in zip(tasks, paths)}
 
 
 def load(text: str, name: str) -> types.ModuleType:

@@ -125,6 +125,188 @@ def test_cpp_skeleton_with_an_empty_or_wrong_region_is_not(task_id, plans, fast_
         assert result.verdict in (Verdict.WRONG_OUTPUT, Verdict.RUNTIME_ERROR), (result.verdict, result.error)
 
 
+def _case_block(n_args: int, call: list[str], expect: list[str], tail: str) -> list[str]:
+    """One case of a compiled kernel check: inputs 0..100 in a pattern, the kernel called with
+    `call` + the output + `tail`, every output compared with its `expect` term sum."""
+    lines = ["    {"]
+    lines += [f"    std::vector<float> v{k}(n); for (int64_t i = 0; i < n; ++i) v{k}[i] = (i * {k + 3}) % 101;"
+              for k in range(n_args)]
+    return lines + ["    std::vector<float> out(n, -1.0f);", f"    kw_fused_kernel({', '.join(call)}, out.data(), {tail});",
+                    f"    for (int64_t i = 0; i < n; ++i) if (out[i] != {' + '.join(expect)}) ++bad;", "    }"]
+
+
+def _bad_count(tmp_path: Path, main: list[str]) -> str:
+    """Compile `main` (a C++ program ending in main's body) and run it: what it printed."""
+    import subprocess
+
+    main = main + ["    printf(\"%d\\n\", bad);", "    return 0;", "}"]
+    (tmp_path / "k.cpp").write_text("\n".join(main))
+    subprocess.run(["c++", "-O2", "-fopenmp", "-o", str(tmp_path / "k"), str(tmp_path / "k.cpp")], check=True)
+    return subprocess.run([str(tmp_path / "k")], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.mark.build
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
+def test_the_cpp_elementwise_loop_reads_broadcast_inputs_right_in_its_blocks(plans, tmp_path) -> None:
+    """The C++ elementwise loop works out each broadcast input's index once a block (no division an
+    element): compiled here without torch and run on broadcast patterns whose runs do not divide
+    the block (a value of 7 elements, a row of 6000, a scalar-like input, runs of 1), against the
+    flat formula values[(i / inner) % span]; and its element loop has no division."""
+    from kernelwright.scaffold.skeleton import PLACEHOLDER, cpp_kernel
+
+    seg = plans["builtin/L2/06_channel_affine_hardswish_residual"].segment
+    args = [a for a in seg.args if a.pattern == "broadcast"]
+    assert seg.kind == SegmentKind.ELEMENTWISE and args
+    kernel, indent = cpp_kernel(seg)
+    loop = kernel[kernel.index("#pragma omp simd"):]
+    assert " / " not in loop.replace(" / kw_", "") and "%" not in loop
+    # the region: the sum of the inputs, each scaled so that a wrong index shows
+    body = "y = " + " + ".join(f"{k + 1}.0f * {a.name}" for k, a in enumerate(seg.args)) + ";"
+    source = kernel.replace(PLACEHOLDER, body)
+    cases = [(7 * 3 * 11, 7, 3), (6000 * 5, 1, 6000), (4096 * 3 + 12, 4096 * 3 + 12, 1), (1000, 1, 1000), (999, 1, 1)]
+    main = ["#include <cmath>", "#include <cstdint>", "#include <cstdio>", "#include <vector>", source,
+            "int main() {", "    int bad = 0;"]
+    for n, inner, span in cases:
+        call, expect = [], []
+        for k, a in enumerate(seg.args):
+            if a.pattern == "broadcast":
+                call += [f"v{k}.data()", str(inner), str(span)]
+                expect.append(f"{k + 1}.0f * v{k}[(i / {inner}) % {span}]")
+            else:
+                call.append(f"v{k}.data()")
+                expect.append(f"{k + 1}.0f * v{k}[{'0' if a.pattern == 'scalar' else 'i'}]")
+        main += ["    {", f"    const int64_t n = {n};"] + _case_block(len(seg.args), call, expect, "n") + ["    }"]
+    assert _bad_count(tmp_path, main) == "0"
+
+
+@pytest.mark.build
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
+def test_the_cpp_row_kernel_reads_broadcast_inputs_right_with_its_steps(plans, tmp_path) -> None:
+    """The C++ row kernel reads a broadcast input from where its row starts, stepping 0 or 1 (no
+    division an element): compiled here without torch and run on the two layouts the wrapper
+    leaves (one value a row over 1 or 3 rows, a vector along the row or along 2 rows), against the
+    flat formula values[((row * cols + j) / inner) % span]; and its accessors have no division."""
+    from kernelwright.scaffold.skeleton import PLACEHOLDER, cpp_kernel
+
+    seg = plans["builtin/L3/08_patch_embed_classifier"].segment
+    args = [a for a in seg.args if a.pattern == "broadcast"]
+    assert seg.kind == SegmentKind.ROW and not seg.per_row_output and len(args) >= 2
+    kernel, indent = cpp_kernel(seg)
+    assert not re.search(r"\[[^\]]*(/|%)[^\]]*j[^\]]*\]", kernel)  # no index of j divides
+    body = "for (int64_t j = 0; j < cols; ++j) y[j] = " + " + ".join(
+        f"{k + 1}.0f * {a.name}(j)" for k, a in enumerate(seg.args)) + ";"
+    source = kernel.replace(PLACEHOLDER, body)
+    rows, cols = 6, 40
+    # (inner, span) per broadcast input: the layouts _kw_bcast gives a row kernel
+    cases = [[(cols, rows)] * len(args), [(1, cols)] * len(args), [(3 * cols, 2), (1, 2 * cols)] + [(1, cols)] * 9]
+    main = ["#include <cmath>", "#include <cstdint>", "#include <cstdio>", "#include <vector>", source,
+            "int main() {", "    int bad = 0;", f"    const int64_t rows = {rows}, cols = {cols}, n = rows * cols;"]
+    for case in cases:
+        layout = dict(zip([a.name for a in args], case))
+        call, expect = [], []
+        for k, a in enumerate(seg.args):
+            call.append(f"v{k}.data()")
+            if a.pattern == "broadcast":
+                inner, span = layout[a.name]
+                call += [str(inner), str(span)]
+                expect.append(f"{k + 1}.0f * v{k}[(i / {inner}) % {span}]")
+            else:
+                expect.append(f"{k + 1}.0f * v{k}[i]")
+        main += _case_block(len(seg.args), call, expect, "rows, cols")
+    assert _bad_count(tmp_path, main) == "0"
+
+
+def test_a_cpp_regions_floating_literals_are_float_in_the_program_and_the_pre_check(plans) -> None:
+    """Unsuffixed decimal literals get `f` (in the program and in the pre-check's kernel); suffixed
+    ones, hex floats, integers, names, comments and strings stay as written; the region recorded
+    is the model's text."""
+    from kernelwright.scaffold.precheck.native import _kernel
+    from kernelwright.scaffold.types import float_literals
+
+    assert float_literals("y = 0.5 * x * (1.0 + erff(x * 0.7071067811865476));") == \
+        "y = 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));"
+    assert float_literals("y = x * 1e-5 + .5 - 2.e3 + 3E+2;") == "y = x * 1e-5f + .5f - 2.e3f + 3E+2f;"
+    kept = "y = 0.5f + 1.0L + 0x1.8p3 + 10 + v2 * 3; // 0.5 \"1.5\" '2.5'"
+    assert float_literals(kept) == kept
+    assert float_literals("y = x; /* 0.5 */ y = y * 2.0;") == "y = x; /* 0.5 */ y = y * 2.0f;"
+    plan = plans["builtin/L2/06_channel_affine_hardswish_residual"]
+    sc = write(plan, "cpp")
+    answer = "y = x * 0.5 + gain;"
+    assert "y = x * 0.5f + gain;" in sc.program_with(answer)
+    assert assemble(sc, f"```cpp\n{answer}\n```").region.strip() == answer
+    assert "y = x * 0.5f + gain;" in _kernel(plan.segment, "cpp", answer)
+    triton = write(plan, "triton")
+    assert "x * 0.5 + gain" in triton.program_with("y = x * 0.5 + gain")  # C++ only
+
+
+@pytest.mark.build
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
+def test_the_cpp_kernels_fminf_and_fmaxf_are_the_c_librarys(tmp_path) -> None:
+    """The kernel's own fminf/fmaxf/fmin/fmax (which vectorise) agree with the C library's on every
+    pair of ordinary values, infinities and NaNs (a NaN argument gives the other one; -0 and +0
+    may come back either way, as C allows)."""
+    import subprocess
+
+    from kernelwright.scaffold.skeleton import CPP_MIN_MAX
+
+    values = "{-2.5, -1.0, -0.0, 0.0, 1.0, 3.5, INFINITY, -INFINITY, NAN}"
+    src = ["#include <cmath>", "#include <cstdio>", "int main() {", CPP_MIN_MAX,
+           f"    const float v[] = {values}; int bad = 0;",
+           "    auto same = [](double g, double e) { return (g == e) || (g != g && e != e); };",
+           "    for (float a : v) for (float b : v) {",
+           "        if (!same(fminf(a, b), ::fminf(a, b)) || !same(fmaxf(a, b), ::fmaxf(a, b))) ++bad;",
+           "        if (!same(fmin((double)a, (double)b), ::fmin((double)a, (double)b))) ++bad;",
+           "        if (!same(fmax((double)a, (double)b), ::fmax((double)a, (double)b))) ++bad;",
+           "    }", "    printf(\"%d\\n\", bad);", "    return 0;", "}"]
+    (tmp_path / "m.cpp").write_text("\n".join(src))
+    subprocess.run(["c++", "-O2", "-o", str(tmp_path / "m"), str(tmp_path / "m.cpp")], check=True)
+    assert subprocess.run([str(tmp_path / "m")], capture_output=True, text=True, check=True).stdout.strip() == "0"
+
+
+def _has_libmvec() -> bool:
+    import platform
+
+    libc, version = platform.libc_ver()
+    return platform.machine() == "x86_64" and libc == "glibc" and tuple(int(v) for v in version.split(".")[:2]) >= (2, 35)
+
+
+@pytest.mark.build
+@pytest.mark.skipif(shutil.which("c++") is None or not _has_libmvec(), reason="needs x86-64, glibc 2.35+ and a C++ compiler")
+def test_the_vector_math_declarations_are_glibcs_and_agree_with_the_scalar_functions(tmp_path) -> None:
+    """The C++ skeleton's declarations of libmvec's functions compile beside <cmath>, a simd loop over
+    each (float and double) links against the vector versions, and each agrees with the scalar
+    function to within a few units in the last place (none is NaN on these inputs)."""
+    import subprocess
+
+    from kernelwright.scaffold.skeleton import _LIBMVEC, _TWO_ARGS, CPP_VECTOR_MATH
+
+    loops, checks = [], []
+    for k, f in enumerate(_LIBMVEC):
+        for t, suffix, tol in (("double", "", "1e-13"), ("float", "f", "1e-5")):
+            name = f"{f}{suffix}"
+            arg = "1 + a[i]" if f == "acosh" else "a[i]"  # in every function's domain
+            call = f"{name}(a[i], b[i])" if f in _TWO_ARGS else f"{name}({arg})"
+            loops.append(f"static void v_{name}(const {t}* a, const {t}* b, {t}* o, int n) {{\n"
+                         f"    #pragma omp simd\n    for (int i = 0; i < n; ++i) o[i] = {call};\n}}")
+            scalar = (f"(double){name}(a{t}[i], b{t}[i])" if f in _TWO_ARGS else
+                      f"(double){name}({arg.replace('a[i]', f'a{t}[i]')})")
+            checks.append(f"    v_{name}(a{t}, b{t}, o{t}, N);\n    for (int i = 0; i < N; ++i) {{ const double e = {scalar}, "
+                          f"g = o{t}[i]; if (!(std::fabs(g - e) <= {tol} * std::fabs(e) + {tol})) {{ printf(\"{name} %g: %g vs %g\\n\", "
+                          f"(double)a{t}[i], g, e); ++bad; }} }}")
+    src = ["#include <cmath>", "#include <cstdio>", "#include <math.h>", CPP_VECTOR_MATH, *loops,
+           "int main() {", "    const int N = 256; double adouble[N], bdouble[N], odouble[N]; float afloat[N], bfloat[N], ofloat[N];",
+           "    for (int i = 0; i < N; ++i) { adouble[i] = afloat[i] = 0.05f + 0.9f * i / N; bdouble[i] = bfloat[i] = 0.5f + i % 3; }",
+           "    int bad = 0;", *checks, "    printf(\"%d\\n\", bad);", "    return 0;", "}"]
+    (tmp_path / "m.cpp").write_text("\n".join(src))
+    exe = tmp_path / "m"
+    subprocess.run(["c++", "-O3", "-fopenmp", "-fno-math-errno", "-DKW_VECTOR_MATH", "-o", str(exe), str(tmp_path / "m.cpp"),
+                    "-lmvec"], check=True)
+    symbols = subprocess.run(["nm", "-D", str(exe)], capture_output=True, text=True).stdout
+    assert "_ZGVbN2v_erf" in symbols and "_ZGVbN4v_tanhf" in symbols  # the vector versions are what it calls
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "0", out[-2000:]
+
+
 # A CUDA build takes ~2 min on the 2-core CI machine: CI compiles one task per row layout; with
 # KERNELWRIGHT_CUDA_ALL=1 (run by hand with the CUDA build of torch, docs/results/scaffold-cuda-compile.md)
 # every scaffolded task.
