@@ -933,7 +933,9 @@ CPP_FLAGS = '''
 def _kw_flags():
     import platform
 
-    cflags, ldflags = ["-O3", "-fopenmp"], ["-fopenmp"]
+    # sums reassociated, as any parallel reduction is (a loop's in-order sum is a chain of adds one
+    # at a time); NaN and infinities keep their meaning (no -ffinite-math-only)
+    cflags, ldflags = ["-O3", "-fopenmp", "-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math"], ["-fopenmp"]
     libc, version = platform.libc_ver()
     if platform.machine() == "x86_64" and libc == "glibc" and tuple(int(v) for v in version.split(".")[:2]) >= (2, 35):
         cflags += ["-fno-math-errno", "-DKW_VECTOR_MATH"]
