@@ -895,11 +895,14 @@ def _cpp(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
     launch = f"    kw_fused_kernel({_ptr_args(seg)}, {tail});\n"
     _, host = _host(seg, "device().is_cpu()", launch)
     kernel_prog, kernel_view = _marked(kernel, indent, "//", cpp_view(seg))
+    cflags, ldflags, attribute = cpp_build()
+    kernel_prog = kernel_prog.replace("static void kw_fused_kernel(", f"{attribute}static void kw_fused_kernel(", 1)
     src = f"#include <torch/extension.h>\n#include <cmath>\n#include <algorithm>\n{CPP_VECTOR_MATH}\n{kernel_prog}\n{host}"
     name = _ext_name(plan, "cpp")
-    kernel_part = (f'KW_CPP_SOURCE = r"""\n{src}"""\n\n{CPP_FLAGS}\n'
+    kernel_part = (f'KW_CPP_SOURCE = r"""\n{src}"""\n\n'
                    f'kw_ext = load_inline(name="{name}", cpp_sources=KW_CPP_SOURCE, functions=["kw_fused_impl"],\n'
-                   '                     extra_cflags=KW_CFLAGS, extra_ldflags=KW_LDFLAGS, verbose=False)\n')
+                   f'                     extra_cflags={cflags!r},\n'
+                   f'                     extra_ldflags={ldflags!r}, verbose=False)\n')
     return _load_inline_scaffold(plan, seg, "cpp", kernel_part, kernel_view, indent)
 
 
@@ -921,35 +924,36 @@ def _vector_math() -> str:
             args = f"{t}, {t}" if f in _TWO_ARGS else t
             decls.append(f"KW_SIMD {t} {f}{suffix}({args}) noexcept;")
     rows = [" ".join(decls[k:k + 4]) for k in range(0, len(decls), 4)]
-    return ("#ifdef KW_VECTOR_MATH  // set by KW_CFLAGS where glibc's libmvec has these (see the program)\n"
+    return ("#ifdef KW_VECTOR_MATH  // set where glibc's libmvec has these (cpp_build)\n"
             "#define KW_SIMD __attribute__((__simd__(\"notinbranch\")))\nextern \"C\" {\n" + "\n".join(rows)
             + "\n}\n#endif\n")
 
 
 CPP_VECTOR_MATH = _vector_math()
-# Decided where the program is imported, so the file runs on any machine: the vector math where
-# glibc has it, AVX2 and FMA where torch finds this CPU has them.
-CPP_FLAGS = '''
-def _kw_flags():
+
+
+def cpp_build() -> tuple[list[str], list[str], str]:
+    """(cflags, ldflags, the kernel's attribute) of the C++ skeleton's build, decided where the
+    program is written and written into it as literals: the trusted builder builds only a
+    `load_inline` whose arguments are literals (evaluate/buildspec.py), and flags computed at import
+    made every C++ candidate build in its own worker, unshared. Sums are reassociated (vector partial
+    sums, as any parallel reduction); NaN and infinities keep their meaning (no -ffinite-math-only).
+    The vector math where glibc has libmvec (x86-64, 2.35 or later). The instruction set is chosen
+    at load time, not here: on x86-64 the kernel is cloned for AVX-512 (x86-64-v4), AVX2
+    (x86-64-v3) and the baseline, and the loader runs the one this CPU has (GCC's target_clones),
+    so a program written on one machine runs on any x86-64."""
     import platform
 
-    # sums reassociated, as any parallel reduction is (a loop's in-order sum is a chain of adds one
-    # at a time); NaN and infinities keep their meaning (no -ffinite-math-only)
-    cflags, ldflags = ["-O3", "-fopenmp", "-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math"], ["-fopenmp"]
-    libc, version = platform.libc_ver()
-    if platform.machine() == "x86_64" and libc == "glibc" and tuple(int(v) for v in version.split(".")[:2]) >= (2, 35):
-        cflags += ["-fno-math-errno", "-DKW_VECTOR_MATH"]
-        ldflags += ["-lmvec"]
-        capability = torch.backends.cpu.get_cpu_capability()
-        if capability in ("AVX2", "AVX512"):
-            cflags += ["-mavx2", "-mfma"]
-        if capability == "AVX512":  # 16 floats a vector, libmvec's AVX-512 functions
-            cflags += ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw"]
-    return cflags, ldflags
-
-
-KW_CFLAGS, KW_LDFLAGS = _kw_flags()
-'''
+    cflags = ["-O3", "-fopenmp", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math"]
+    ldflags = ["-fopenmp"]
+    attribute = ""
+    if platform.machine() == "x86_64":
+        attribute = '__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))\n'
+        libc, version = platform.libc_ver()
+        if libc == "glibc" and tuple(int(v) for v in version.split(".")[:2]) >= (2, 35):
+            cflags.append("-DKW_VECTOR_MATH")
+            ldflags.append("-lmvec")
+    return cflags, ldflags, attribute
 
 
 def _load_inline_scaffold(plan: ScaffoldPlan, seg: Segment, target: str, kernel_part: str, kernel_view: str,
@@ -1124,6 +1128,9 @@ def shared_programs(sc: Scaffold, regions: list[str]) -> Optional[list[str]]:
         return None
     program = sc.program
     start = program.index(head)
+    attribute = program.rfind("\n", 0, start - 1) + 1
+    if program[attribute:start].startswith("__attribute__"):  # the kernel's own line (cpp_build) goes with it
+        start = attribute
     end = program.index('"""', start)
     chunk = program[start:end]  # the kernel and its host function, region at the placeholder
     params = decl.group(1)
