@@ -365,26 +365,35 @@ def _cpp_block_starts(seg: Segment) -> str:
     return "".join(out)
 
 
+def _c_flat_load(a: KernelArg, kind: SegmentKind, indent: str) -> str:
+    """An input read at its flat index (`i`, or `row * cols + j` through an accessor): what the
+    model is shown of every input (`cpp_view`), and the program's load of one not broadcast."""
+    if kind == SegmentKind.ELEMENTWISE:
+        return f"{indent}const float {a.name} = static_cast<float>({a.name}_ptr[{_c_index(a, 'i')}]);\n"
+    return (f"{indent}auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>("
+            f"{a.name}_ptr[{_c_index(a, 'row * cols + j')}]); }};\n")
+
+
 def _c_loads(seg: Segment, indent: str) -> str:
-    if seg.kind == SegmentKind.ELEMENTWISE:
-        def at(a: KernelArg) -> str:
-            if a.pattern == "broadcast":
-                return f"kw_{a.name}_at + kw_t * kw_{a.name}_step"
-            return _c_index(a, "i")
-        return "".join(f"{indent}const float {a.name} = static_cast<float>({a.name}_ptr[{at(a)}]);\n"
-                       for a in seg.args)
-    return "".join(_c_row_load(a, indent) for a in seg.args)
+    """The program's loads: a broadcast input from where its block (elementwise) or its row starts."""
+    out = []
+    for a in seg.args:
+        if a.pattern != "broadcast":
+            out.append(_c_flat_load(a, seg.kind, indent))
+        elif seg.kind == SegmentKind.ELEMENTWISE:
+            out.append(f"{indent}const float {a.name} = static_cast<float>("
+                       f"{a.name}_ptr[kw_{a.name}_at + kw_t * kw_{a.name}_step]);\n")
+        else:
+            out.append(_c_row_load(a, indent))
+    return "".join(out)
 
 
 def _c_row_load(a: KernelArg, indent: str) -> str:
-    """A C++ row kernel's accessor of one input. A broadcast input is one value a row or a vector
-    along it (the wrapper's layout given the row length, `_kw_bcast`), so its row's values start at
-    one place and step 0 or 1, as CUDA's kw_row_vec: no division and remainder an element, which
-    kept the model's loops over the row from vectorising."""
+    """A C++ row kernel's accessor of a broadcast input: one value a row or a vector along it (the
+    wrapper's layout given the row length, `_kw_bcast`), so its row's values start at one place and
+    step 0 or 1, as CUDA's kw_row_vec: no division and remainder an element, which kept the model's
+    loops over the row from vectorising."""
     n = a.name
-    if a.pattern != "broadcast":
-        return (f"{indent}auto {n} = [&](int64_t j) -> float {{ return static_cast<float>("
-                f"{n}_ptr[{_c_index(a, 'row * cols + j')}]); }};\n")
     return (f"{indent}const int64_t kw_step_{n} = {n}_inner % cols == 0 ? 0 : 1;\n"
             f"{indent}const {C_TYPES[a.dtype]}* kw_row_{n} = {n}_ptr + "
             f"(kw_step_{n} == 0 ? row * cols / {n}_inner : row * cols) % {n}_span;\n"
@@ -866,9 +875,8 @@ def cpp_view(seg: Segment) -> str:
     the program's loop ran in blocks (`_cpp_blocks`) and its row accessors stepped (`_c_row_load`),
     so recorded prompts and answers stay comparable."""
     indent = "        "
+    loads = "".join(_c_flat_load(a, seg.kind, indent) for a in seg.args)
     if seg.kind == SegmentKind.ELEMENTWISE:
-        loads = "".join(f"{indent}const float {a.name} = static_cast<float>({a.name}_ptr[{_c_index(a, 'i')}]);\n"
-                        for a in seg.args)
         params = ",\n    ".join(_c_params(seg) + ["int64_t n"])
         return (f"static void kw_fused_kernel(\n    {params}) {{\n"
                 "    #pragma omp parallel for if (n > 65536)\n"
@@ -878,8 +886,6 @@ def cpp_view(seg: Segment) -> str:
                 f"{indent}{PLACEHOLDER}\n"
                 f"        out_ptr[i] = static_cast<{C_TYPES[seg.out_dtype]}>(y);\n"
                 "    }\n}\n")
-    loads = "".join(f"{indent}auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>("
-                    f"{a.name}_ptr[{_c_index(a, 'row * cols + j')}]); }};\n" for a in seg.args)
     y_decl, y_store = _row_output(seg, indent, "")
     params = ",\n    ".join(_c_params(seg) + ["int64_t rows", "int64_t cols"])
     return (f"static void kw_fused_kernel(\n    {params}) {{\n"

@@ -190,6 +190,11 @@ def float_literals(code: str) -> str:
     return "".join(out)
 
 
+def as_compiled(target: str, region: str) -> str:
+    """A region as its program (and the pre-check) compiles it: C++'s floating literals float."""
+    return float_literals(region) if target == "cpp" else region
+
+
 class Scaffold(BaseModel):
     """A complete candidate in one target with one region left to fill."""
 
@@ -216,10 +221,8 @@ class Scaffold(BaseModel):
 
     def with_region(self, text: str, region: str) -> str:
         """``text`` (the program, or a part of it holding the placeholder) with ``region`` in place.
-        A C++ region's unsuffixed floating literals are float (`float_literals`)."""
-        region = region if region.strip() else self.default_region
-        if self.target == "cpp":
-            region = float_literals(region)
+        The region as compiled (`as_compiled`)."""
+        region = as_compiled(self.target, region if region.strip() else self.default_region)
         lines = region.strip("\n").splitlines()
         return text.replace(self.placeholder, "\n".join((self.indent + line) if line.strip() else "" for line in lines))
 

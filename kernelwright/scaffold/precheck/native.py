@@ -40,7 +40,7 @@ from kernelwright.scaffold.skeleton import (
     cuda_kernel,
     dividers,
 )
-from kernelwright.scaffold.types import Probes, Segment, SegmentKind, float_literals
+from kernelwright.scaffold.types import Probes, Segment, SegmentKind, as_compiled
 
 COMPILER = os.environ.get("CXX", "c++")
 # -O0: the regions are a few lines run on a few thousand values; compile time is what counts
@@ -53,7 +53,7 @@ ERROR = re.compile(r"^[^:\n]+:(\d+):(?:\d+:)? (?:fatal )?error: (.*)$", re.M)
 def _kernel(seg: Segment, target: str, region: str) -> str:
     """The kernel text with the region in it (CUDA's device helpers are the shim's host versions)."""
     kernel, indent = cpp_kernel(seg) if target == "cpp" else cuda_kernel(seg)[:2]
-    region = float_literals(region) if target == "cpp" else region  # as the program runs it (Scaffold.with_region)
+    region = as_compiled(target, region)  # as the program runs it
     body = "\n".join((indent + ln) if ln.strip() else "" for ln in (region.strip("\n") or "").splitlines())
     # the marker comments stand where the skeleton puts them, so error line numbers map to the region
     return kernel.replace(indent + PLACEHOLDER, f"{indent}// REGION BEGIN\n{body}\n{indent}// REGION END")
