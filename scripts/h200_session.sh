@@ -125,13 +125,15 @@ start)
       > /tmp/kwout/optimize.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
 opt)  # issue #20: `opt TARGET MINUTES`: optimize on examples/gemm_bias_gelu.py, detached, from a copy
-  # of its own (/tmp/kwo), its output folder beside the copied module in /tmp/kwout
+  # of its own (/tmp/kwo), its output folder beside the copied module in /tmp/kwout; TARGET `auto`
+  # passes none (optimize's own pick: Triton for a GEMM with an epilogue)
   bash "$0" copy /tmp/kwo
   cp /tmp/kwo/examples/gemm_bias_gelu.py /tmp/kwout/
   cd /tmp/kwo
+  t=${2:-auto}; flag="--target $t"; [ "$t" = auto ] && flag=""
   PYTHONPATH=/tmp/site:/tmp/kwo setsid nohup bash -c "time python3 -m kernelwright.cli.main optimize \
-      /tmp/kwout/gemm_bias_gelu.py --model qwen2.5-coder-1.5b --device cuda --target ${2:-triton} \
-      --budget-minutes ${3:-6}; echo exit \$?" > /tmp/kwout/optimize-${2:-triton}.log 2>&1 < /dev/null &
+      /tmp/kwout/gemm_bias_gelu.py --model qwen2.5-coder-1.5b --device cuda $flag \
+      --budget-minutes ${3:-6}; echo exit \$?" > /tmp/kwout/optimize-$t.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
 scaling)  # issue #21, on a kind with several GPUs (nvidia-h200-x2 or larger): the suite's oracle and
   # wrong regions through Ray on 1 GPU and on all of them, one GPU's workers killed in the last run,

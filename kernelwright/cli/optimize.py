@@ -32,7 +32,8 @@ def optimize_cmd(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model spec (docs/backends.md); default: the "
                                                                     "embedded 1.5B model."),
     device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: a GPU if one answers, else cpu)."),
-    target: Optional[str] = typer.Option(None, help="cuda | triton | cpp (default: cuda on a GPU, cpp on the CPU)."),
+    target: Optional[str] = typer.Option(None, help="cuda | triton | cpp (default: cpp on the CPU; on a GPU triton "
+                                         "where the module's GEMM fuses with the ops after it, else cuda)."),
     regime: Optional[str] = typer.Option(None, "--regime", "-r", help="Interaction regime (see `kernelwright run`); "
                                          "default: search for the embedded models, routed for others."),
     out: Optional[Path] = _OUT,
@@ -76,18 +77,24 @@ def optimize_cmd(
     task = inp.load_input(file, inputs, init_inputs)
     dev = inp.resolve_device(device)
     tgt = inp.resolve_target(target, dev)
+    use_scaffold = is_embedded(model) if scaffold is None else scaffold
     path, _ = inp.split_spec(file)
     folder = out or path.parent / f"{task.name}.kernelwright"
     inp.check_writable(folder)
     opts = Options(regime=regime, model=model, device=dev, target=tgt, budget_minutes=budget_minutes,
                    samples=samples, turns=turns, rounds=rounds, seed=seed, max_tokens=max_tokens,
-                   scaffold=is_embedded(model) if scaffold is None else scaffold, eval_timeout=timeout,
+                   scaffold=use_scaffold, eval_timeout=timeout,
                    iters=iters, time=not no_timing, executor=executor)
     inp.eval_config(opts)  # bad evaluator options fail here, before any profiling
     check_runnable(parse_regime(regime, target=tgt))  # a bad spec fails here, not after the profiling
     checked = inp.check_runs(task, dev)
+    why = ""
+    if target is None and dev != "cpu":
+        tgt, why = inp.gpu_default_target(task, dev, opts.scaffold)
+        opts = opts.model_copy(update={"target": tgt})
+        check_runnable(parse_regime(regime, target=tgt))
     backend = make_backend(model)
-    err.print(f"optimize {path} · device {dev} · target {tgt} · model {backend.model} · regime {regime} · budget "
+    err.print(f"optimize {path} · device {dev} · target {tgt}{f' ({why})' if why else ''} · model {backend.model} · regime {regime} · budget "
               f"{budget_minutes:g} min\nchecked: it imports, its inputs run, forward runs on {dev} -> "
               f"{', '.join(checked.outputs)}", highlight=False, soft_wrap=True)
     with Display(err, budget) as display:  # a failed profiling (InputError) ends it before any generation
