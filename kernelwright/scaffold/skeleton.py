@@ -138,7 +138,7 @@ def default_launch(seg: Segment, target: str) -> dict[str, int]:
         # about 16 values a thread: the best of the measured launches for rows of 4096-8192 values
         # (H200, 2026-12-04: LayerNorm, RMSNorm, row mean, L2/07 at 256 threads for 4096, 512 for 8192;
         # at 8 values a thread, 512 for 4096, LayerNorm took 0.24 ms where 256 threads took 0.18)
-        return {"threads": min(1024, max(128, _pow2_at_least(max(1, seg.cols) // 16))), "stage": 1, "rowloop": 0}
+        return {"threads": min(1024, max(128, _pow2_at_least(max(1, seg.cols) // 16))), "stage": 1}
     if target == "triton":
         if seg.kind == SegmentKind.GEMM:
             return {}  # the kernel's @triton.autotune config list picks tiles, stages and warps (gemm_skeleton.py)
@@ -152,8 +152,7 @@ def launch_variants(seg: Segment, target: str) -> list[dict[str, int]]:
     """Other launch settings worth timing once a region is correct, the default excluded."""
     if target == "cuda":
         grid = ([{"threads": t} for t in (128, 512)] if seg.kind == SegmentKind.ELEMENTWISE else
-                [{"threads": t, "stage": st, "rowloop": 0} for st in (1, 0) for t in (256, 512, 1024)]
-                + [{"threads": t, "stage": 1, "rowloop": 1} for t in (256, 512, 1024)])
+                [{"threads": t, "stage": st} for st in (1, 0) for t in (256, 512, 1024)])
     elif target == "triton" and seg.kind == SegmentKind.GEMM:
         grid = []  # autotuned in the kernel: a variant here would be an evaluation per tile shape
     elif target == "triton":
@@ -620,19 +619,6 @@ __device__ __forceinline__ void kw_stage_row(const T* __restrict__ g, T* s, int6
     }
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s[j] = g[j];
 }
-// A row's bytes asked into L2 by the copy engine (one instruction, asynchronous: the thread goes
-// on), for a block that loops over rows to fetch its next row while its region runs on this one.
-// One block an SM (a long row staged in shared memory) otherwise loads, computes and stores in
-// turn, memory idle while it computes (H200, 2026-12-04c: softmax over rows of 32768 fp32 at 0.58
-// of copy bandwidth). Only a hint: nothing on the host (the pre-check) or before sm_90.
-template <typename T>
-__device__ __forceinline__ void kw_prefetch_row(const T* p, int64_t cols) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const int64_t bytes = cols * static_cast<int64_t>(sizeof(T));
-    if ((reinterpret_cast<uintptr_t>(p) & 15) == 0 && (bytes & 15) == 0 && bytes <= 0x7ffffff0)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(static_cast<uint32_t>(bytes)) : "memory");
-#endif
-}
 '''
 # shared memory sized at launch (the pre-check's host shim defines its own)
 CUDA_DYNAMIC_SHARED = ("#define KW_DYNAMIC_SHARED(name) extern __shared__ float4 name##_v4[]; "
@@ -724,51 +710,41 @@ def cuda_kernel(seg: Segment) -> tuple[str, str, str]:
                   "        kw_store4(out_ptr, kw_base, n, kw_res);\n"
                   "    }\n}\n")
         return kernel, indent, ""
-    indent = " " * 8
+    indent = "    "
     staged = _staged(seg)
     # each staged row in its own type; unstaged, the same pointer names the row in memory, so an
     # accessor is one load and a conversion (it was a choice between the two a value)
     slots = ("    int64_t kw_off = 0;\n" if staged else "") + "".join(
         f"    {C_TYPES[a.dtype]}* kw_stage_{a.name} = kw_stage_slot<{C_TYPES[a.dtype]}>(kw_stage, kw_off, cols);\n"
         for a in staged)
-    prefetch = "".join(f"            kw_prefetch_row({a.name}_ptr + (row + gridDim.x) * cols, cols);\n" for a in staged)
-    stage = "".join(f"            kw_stage_row({a.name}_ptr + row * cols, kw_stage_{a.name}, cols);\n" for a in staged)
-    rows = "".join(f"        const {C_TYPES[a.dtype]}* kw_row_{a.name} = kw_staged ? kw_stage_{a.name} : "
+    stage = "".join(f"        kw_stage_row({a.name}_ptr + row * cols, kw_stage_{a.name}, cols);\n" for a in staged)
+    rows = "".join(f"    const {C_TYPES[a.dtype]}* kw_row_{a.name} = kw_staged ? kw_stage_{a.name} : "
                    f"{a.name}_ptr + row * cols;\n" for a in staged)
     loads = "".join(
-        f"        auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>(kw_row_{a.name}[j]); }};\n"
+        f"    auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>(kw_row_{a.name}[j]); }};\n"
         if a.pattern == "same" else
-        f"        int64_t kw_step_{a.name};\n"
-        f"        const {C_TYPES[a.dtype]}* kw_row_{a.name} = kw_row_vec({a.name}_ptr, row, cols, {a.name}_inner, "
+        f"    int64_t kw_step_{a.name};\n"
+        f"    const {C_TYPES[a.dtype]}* kw_row_{a.name} = kw_row_vec({a.name}_ptr, row, cols, {a.name}_inner, "
         f"{a.name}_span, kw_step_{a.name});\n"
-        f"        auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>(kw_row_{a.name}[j * kw_step_{a.name}]); }};\n"
+        f"    auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>(kw_row_{a.name}[j * kw_step_{a.name}]); }};\n"
         if a.pattern == "broadcast" else
-        f"        auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>({a.name}_ptr[0]); }};\n"
+        f"    auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>({a.name}_ptr[0]); }};\n"
         for a in seg.args)
     # one value per row: a float the region assigns (an index into the output could run past it)
     y_decl, y_store = _row_output(seg, indent, "if (threadIdx.x == 0) ")
-    # one row a block, or (kw_rowloop) the rows blockIdx.x, + gridDim.x, ... of a grid the size of
-    # the GPU, each next row asked into L2 before this one's region runs; a region that returns
-    # early leaves that block's later rows unwritten, so that launch is judged wrong, never kept
-    kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t rows, int64_t cols, int kw_staged, "
-              "int kw_rowloop) {\n"
+    kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t rows, int64_t cols, int kw_staged) {{\n"
               "    KW_DYNAMIC_SHARED(kw_stage);\n"
+              "    const int64_t row = blockIdx.x;\n"
+              "    if (row >= rows) return;\n"
               f"{slots}"
-              "    const int64_t kw_rows_step = kw_rowloop ? static_cast<int64_t>(gridDim.x) : rows;\n"
-              "    for (int64_t kw_row = blockIdx.x; kw_row < rows; kw_row += kw_rows_step) {\n"
-              "        const int64_t row = kw_row;\n"
-              + (f"        if (kw_rowloop && threadIdx.x == 0 && row + gridDim.x < rows) {{\n{prefetch}        }}\n"
-                 if staged else "") +
-              "        if (kw_staged) {\n"
+              "    if (kw_staged) {\n"
               f"{stage}"
-              "            __syncthreads();\n"
-              "        }\n"
+              "        __syncthreads();\n"
+              "    }\n"
               f"{rows}"
               f"{loads}"
               f"{y_decl}"
-              f"{indent}{PLACEHOLDER}\n{y_store}"
-              "        if (kw_rowloop) __syncthreads();  // the staged rows are read until here\n"
-              "    }\n}\n")
+              f"{indent}{PLACEHOLDER}\n{y_store}}}\n")
     return kernel, indent, CUDA_HELPERS
 
 
@@ -829,17 +805,8 @@ def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
                   "        C10_CUDA_CHECK(cudaFuncSetAttribute(\n"
                   "            kw_fused_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,\n"
                   "            static_cast<int>(smem)));\n"
-                  "    // kw_rowloop: as many blocks as the GPU holds at once, each looping over rows\n"
-                  "    int64_t grid = rows;\n"
-                  "    if (kw_rowloop) {\n"
-                  "        int per_sm = 0;\n"
-                  "        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(\n"
-                  "            &per_sm, kw_fused_kernel, threads, stage ? static_cast<size_t>(smem) : 0));\n"
-                  "        grid = std::min<int64_t>(rows, static_cast<int64_t>(std::max(per_sm, 1)) *\n"
-                  "                                       at::cuda::getCurrentDeviceProperties()->multiProcessorCount);\n"
-                  "    }\n"
-                  "    kw_fused_kernel<<<grid, threads, stage ? smem : 0, at::cuda::getCurrentCUDAStream()>>>(\n"
-                  f"        {_ptr_args(seg)}, rows, cols, stage, kw_rowloop ? 1 : 0);\n"
+                  "    kw_fused_kernel<<<rows, threads, stage ? smem : 0, at::cuda::getCurrentCUDAStream()>>>(\n"
+                  f"        {_ptr_args(seg)}, rows, cols, stage);\n"
                   "    C10_CUDA_KERNEL_LAUNCH_CHECK();\n")
     decl, host = _host(seg, "is_cuda()", launch, tuple(default_launch(seg, "cuda")))
     kernel_prog, kernel_view = _marked(kernel, indent, "//", cuda_view(seg))

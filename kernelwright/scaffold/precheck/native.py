@@ -71,7 +71,7 @@ def _call(seg: Segment, target: str, count: int, cols: int) -> str:
         args += [f"kw_divider_of({1 if w == 'inner' else count * cols})" for _, w in dividers(seg)]
     args += [str(count)] if seg.kind == SegmentKind.ELEMENTWISE else [str(count), str(cols)]
     if target == "cuda" and seg.kind == SegmentKind.ROW:
-        args += ["1", "0"]  # rows staged in shared memory, one a block: the skeleton's default launch
+        args.append("1")  # rows staged in shared memory, as the skeleton launches them by default
     return ", ".join(args)
 
 
