@@ -721,18 +721,20 @@ def cuda_kernel(seg: Segment) -> tuple[str, str, str]:
     rows = "".join(f"    const {C_TYPES[a.dtype]}* kw_row_{a.name} = kw_staged ? kw_stage_{a.name} : "
                    f"{a.name}_ptr + row * cols;\n" for a in staged)
     loads = "".join(
-        f"    auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>(kw_row_{a.name}[j]); }};\n"
+        f"    auto {a.name} = [&](int j) -> float {{ return static_cast<float>(kw_row_{a.name}[j]); }};\n"
         if a.pattern == "same" else
         f"    int64_t kw_step_{a.name};\n"
         f"    const {C_TYPES[a.dtype]}* kw_row_{a.name} = kw_row_vec({a.name}_ptr, row, cols, {a.name}_inner, "
         f"{a.name}_span, kw_step_{a.name});\n"
-        f"    auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>(kw_row_{a.name}[j * kw_step_{a.name}]); }};\n"
+        f"    auto {a.name} = [&](int j) -> float {{ return static_cast<float>(kw_row_{a.name}[j * kw_step_{a.name}]); }};\n"
         if a.pattern == "broadcast" else
-        f"    auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>({a.name}_ptr[0]); }};\n"
+        f"    auto {a.name} = [&](int j) -> float {{ return static_cast<float>({a.name}_ptr[0]); }};\n"
         for a in seg.args)
     # one value per row: a float the region assigns (an index into the output could run past it)
     y_decl, y_store = _row_output(seg, indent, "if (threadIdx.x == 0) ")
-    kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t rows, int64_t cols, int kw_staged) {{\n"
+    # `cols` and the accessors' `j` 32-bit (the host checks the row length): with the region's column
+    # loops narrowed (types.narrow_row_loops), a loop's index arithmetic is one word, not two
+    kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t rows, int cols, int kw_staged) {{\n"
               "    KW_DYNAMIC_SHARED(kw_stage);\n"
               "    const int64_t row = blockIdx.x;\n"
               "    if (row >= rows) return;\n"
@@ -796,7 +798,9 @@ def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
     else:
         # the staged rows' bytes, as kw_stage_slot lays them out
         smem = " + ".join(f"kw_stage_bytes<{C_TYPES[a.dtype]}>(cols)" for a in _staged(seg)) or "0"
-        launch = ("    const int threads = static_cast<int>(std::clamp<int64_t>(kw_threads, 32, 1024) / 32 * 32);\n"
+        launch = ("    // a 32-bit column index, with room for the last stride past the row's end\n"
+                  "    TORCH_CHECK(cols <= 2147483647 - 1024, \"rows longer than 2^31 - 1025 values are not supported\");\n"
+                  "    const int threads = static_cast<int>(std::clamp<int64_t>(kw_threads, 32, 1024) / 32 * 32);\n"
                   "    // stage the rows in shared memory only where they fit beside the reductions' buffers\n"
                   f"    const int64_t smem = kw_stage ? {smem} : 0;\n"
                   "    const int stage = smem > 0 && smem + 1024 <= static_cast<int64_t>(\n"
@@ -806,7 +810,7 @@ def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
                   "            kw_fused_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,\n"
                   "            static_cast<int>(smem)));\n"
                   "    kw_fused_kernel<<<rows, threads, stage ? smem : 0, at::cuda::getCurrentCUDAStream()>>>(\n"
-                  f"        {_ptr_args(seg)}, rows, cols, stage);\n"
+                  f"        {_ptr_args(seg)}, rows, static_cast<int>(cols), stage);\n"
                   "    C10_CUDA_KERNEL_LAUNCH_CHECK();\n")
     decl, host = _host(seg, "is_cuda()", launch, tuple(default_launch(seg, "cuda")))
     kernel_prog, kernel_view = _marked(kernel, indent, "//", cuda_view(seg))

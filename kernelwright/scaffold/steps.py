@@ -107,6 +107,14 @@ def split(plan: ScaffoldPlan, parts: bool = True) -> list[Step]:
     composition cannot hold (below). ``parts``: a composite op's line is the lines of its
     definition where the planning child split it (decompose.py); else one line."""
     seg, probes = plan.segment, plan.probes
+    if seg is not None and seg.kind == SegmentKind.GEMM and seg.gemm is not None:
+        # a GEMM's region is its epilogue: elementwise on the accumulator's tile, after the GEMM's own
+        # lines, with the epilogue's probes (gemm_plan), so its lines are written as an elementwise
+        # segment's and the composition goes into the GEMM skeleton (H200, 2026-12-05: whole-region
+        # samples found no correct Linear epilogue in 11 minutes, L2/01 23 wrong of 32)
+        seg = seg.model_copy(update={"kind": SegmentKind.ELEMENTWISE, "nodes": seg.nodes[1:],
+                                     "targets": seg.targets[1:], "torch_lines": seg.torch_lines[seg.gemm.lines:],
+                                     "gemm": None})
     if seg is None or probes is None or seg.kind not in (SegmentKind.ELEMENTWISE, SegmentKind.ROW):
         return []
     row = seg.kind == SegmentKind.ROW

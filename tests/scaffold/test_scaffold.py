@@ -239,6 +239,35 @@ def test_a_cpp_regions_floating_literals_are_float_in_the_program_and_the_pre_ch
     assert "x * 0.5 + gain" in triton.program_with("y = x * 0.5 + gain")  # C++ only
 
 
+def test_a_cuda_row_regions_column_loops_are_32_bit_where_j_is_only_an_index(plans) -> None:
+    """A CUDA row region's `for (int64_t j = ...; j < cols; ...)` loops (the grammar's strided and
+    serial forms) run with a 32-bit j in the program and the pre-check, where every other use of j is
+    an accessor's argument or a subscript; j in arithmetic keeps the region as written; the region
+    recorded is the model's text; C++ and elementwise regions are untouched."""
+    from kernelwright.scaffold.precheck.native import _kernel
+    from kernelwright.scaffold.types import narrow_row_loops
+
+    strided = "float t = 0.0f;\nfor (int64_t j = threadIdx.x; j < cols; j += blockDim.x) { t += x(j); }\nt = block_sum(t);"
+    assert narrow_row_loops(strided) == strided.replace("int64_t j", "int j")
+    serial = "for (int64_t j=0;j<cols;j++) { y[j] = x( j ) * w(j); }\nfor (int64_t j = 0; j < cols; ++j) y[j] += 1.0f;"
+    assert narrow_row_loops(serial) == serial.replace("int64_t j", "int j")
+    for kept in [serial + "\nfor (int64_t j = 0; j < cols; ++j) y[j] = (float)j;",  # j as a value
+                 "for (int64_t j = 0; j < cols; ++j) y[j] = x(j * 2);",  # j in arithmetic
+                 "for (int64_t j = 0; j < cols - 1; ++j) y[j] = x(j);",  # not the loop over the row
+                 "int j = 3;\nfor (int64_t k = 0; k < cols; ++k) y[k] = x(j);"]:
+        assert narrow_row_loops(kept) == kept
+    plan = plans["builtin/L2/05_linear_softmax_scale"]
+    sc = write(plan, "cuda")
+    answer = region(sc)
+    head = "for (int64_t j = threadIdx.x; j < cols;"
+    program = sc.program_with(answer)
+    assert answer.count(head) == 3 and program.count(head) == sc.program.count(head)  # the skeleton's own only
+    assert program.count("for (int j = threadIdx.x; j < cols;") == 3
+    assert "for (int j = threadIdx.x; j < cols;" in _kernel(plan.segment, "cuda", answer)
+    assert assemble(sc, f"```cuda\n{answer}\n```").region.strip() == answer.strip()
+    assert "int64_t j" in write(plan, "cpp").program_with(region(write(plan, "cpp")))
+
+
 @pytest.mark.build
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
 def test_the_cpp_kernels_fminf_and_fmaxf_are_the_c_librarys(tmp_path) -> None:

@@ -34,13 +34,16 @@ SOFTMAX = "builtin/L1/03_softmax"  # one line, a row task: split into max, exp, 
 LOG_SOFTMAX = "builtin/L1/04_log_softmax"
 LAYER_NORM = "builtin/L1/08_layer_norm"  # a LayerNorm module: its weight and bias in the last part
 RMS_BF16 = "builtin/L2/07_residual_add_rmsnorm_bf16"  # a line on the norm's weight alone, [cols] wide
+LINEAR_GELU = "builtin/L2/01_linear_gelu_scale"  # a GEMM's epilogue (Triton's GEMM skeleton): gelu, then a scale
+LINEAR_HARDSWISH = "builtin/L2/10_linear_bias_hardswish_clamp"
 
 
 @pytest.fixture(scope="module")
 def plans():
     tasks = [t for t in load_tasks("builtin") if t.id in (HARDSWISH, SOFTPLUS, MIXTURE, GELU, RMS, NORM_SILU, ROWMAX,
                                                                  SOFTMAX_SCALE, SOFTMAX, RMS_BF16, BIAS, MISH,
-                                                                 LOG_SOFTMAX, LAYER_NORM)]
+                                                                 LOG_SOFTMAX, LAYER_NORM, LINEAR_GELU,
+                                                                 LINEAR_HARDSWISH)]
     return dict(zip([t.id for t in tasks], plan_tasks(tasks)))
 
 
@@ -320,6 +323,20 @@ def test_right_lines_compose_into_a_right_region_triton(task_id, plans) -> None:
 @pytest.mark.parametrize("task_id", [HARDSWISH, SOFTPLUS, RMS, NORM_SILU, ROWMAX, *COMPOSITE])
 def test_right_lines_compose_into_a_right_region(task_id, target, plans) -> None:
     _check(plans[task_id], target)
+
+
+@pytest.mark.parametrize("task_id", [LINEAR_GELU, LINEAR_HARDSWISH])
+def test_a_gemms_epilogue_is_written_a_line_at_a_time(task_id, plans) -> None:
+    """A GEMM plan's region is its epilogue: its lines (not the GEMM's own, which the K loop
+    computes) each an elementwise task on the epilogue's probes, and the right lines composed into
+    a region that passes the GEMM plan's pre-check in the GEMM skeleton (a wrong last line fails it)."""
+    gemm = plans[task_id].for_target("triton")
+    assert gemm.segment.kind == SegmentKind.GEMM and gemm.segment.gemm is not None
+    steps = split(gemm)
+    assert len(steps) >= 2 and all(st.plan.segment.kind == SegmentKind.ELEMENTWISE for st in steps)
+    assert not any("linear" in st.line or "@" in st.line for st in steps)
+    assert worth_it(steps, "triton")
+    _check(gemm, "triton")
 
 
 def test_a_lines_temporaries_stay_in_its_scope(plans) -> None:

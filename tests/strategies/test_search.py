@@ -317,7 +317,7 @@ def test_a_verified_gemm_region_is_also_timed_in_its_library_twin(build_cache):
                      extra_env={"TRITON_INTERPRET": "1"})
     answer = "y = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476)) * 0.5"
     logged = []
-    run_regime(task, TritonAnswers([answer]), parse_regime("search+n=1+turns=1", target="triton", seed=0,
+    run_regime(task, TritonAnswers([answer]), parse_regime("search+n=1+turns=1+no_steps", target="triton", seed=0,
                                                            scaffold=True), cfg, sink=logged.append, executor=Direct())
     found, twin = logged
     assert "tl.dot" in found.code and found.eval.verdict.value == "correct"

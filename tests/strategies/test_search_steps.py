@@ -87,3 +87,59 @@ def test_no_steps_samples_the_whole_region():
     prompt = request.messages[1].content
     assert "softplus" in prompt and "1.75" in prompt and "channel_bias" in prompt
     assert not any("line" in a.notes["search"] for a in ctx.attempts)
+
+
+class OracleLines:
+    """Answers each line's prompt with the oracle's region for that line (Triton), found by the
+    line the prompt shows: a scripted model that writes every line right."""
+
+    model = "oracle-lines"
+
+    def __init__(self, steps) -> None:
+        from kernelwright.scaffold import write
+        from kernelwright.scaffold.oracle import region
+
+        self.answers = sorted(((st.line, region(write(st.plan, "triton"))) for st in steps),
+                              key=lambda p: -len(p[0]))  # the longest line first: one may hold another
+        self.requests = []
+
+    def generate(self, requests):
+        self.requests += requests
+        out = []
+        for r in requests:
+            prompt = r.messages[1].content
+            text = next(a for line, a in self.answers if line in prompt)
+            out.append([Completion(text=f"```python\n{text}\n```", finish_reason="stop", prompt_tokens=10,
+                                   completion_tokens=5, latency_s=0.1)] * r.n)
+        return out
+
+
+@pytest.mark.slow  # the composed region evaluated under the Triton interpreter, in the GEMM skeleton
+def test_a_gemms_epilogue_is_searched_a_line_at_a_time_and_built_in_the_gemm_skeleton(build_cache):
+    """search on a Linear + GELU + scale task (Triton): one request a line of the epilogue, none for
+    the GEMM, and the composed region built in the GEMM skeleton (the K loop's tl.dot in the program)
+    and correct."""
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed")
+    from kernelwright.evaluate import EvalConfig
+    from kernelwright.scaffold import plan_task
+    from kernelwright.scaffold.steps import split
+    from kernelwright.strategies.base import RunContext
+    from kernelwright.tasks import load_task
+
+    task = load_task("builtin/L2/01_linear_gelu_scale")
+    steps = split(plan_task(task).for_target("triton"))
+    backend = OracleLines(steps)
+    ctx = RunContext(task=task, backend=backend,
+                     config=parse_regime("search+n=1+turns=1+no_tune", target="triton", scaffold=True),
+                     eval_config=EvalConfig(device="cpu", trials=2, time=False, timeout=300.0,
+                                            cache_dir=str(build_cache), extra_env={"TRITON_INTERPRET": "1"}),
+                     cell_key="k")
+    S.run(ctx)
+    assert len(backend.requests) == len(steps) >= 2
+    assert not any("self.linear" in r.messages[1].content.split("```")[1] for r in backend.requests)
+    [composed] = [a for a in ctx.attempts if a.notes["search"].get("composed")]
+    assert "tl.dot" in composed.code
+    assert composed.eval.verdict.value == "correct" and composed.eval.custom_kernel
