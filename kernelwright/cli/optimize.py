@@ -77,24 +77,23 @@ def optimize_cmd(
     task = inp.load_input(file, inputs, init_inputs)
     dev = inp.resolve_device(device)
     tgt = inp.resolve_target(target, dev)
-    use_scaffold = is_embedded(model) if scaffold is None else scaffold
     path, _ = inp.split_spec(file)
     folder = out or path.parent / f"{task.name}.kernelwright"
     inp.check_writable(folder)
     opts = Options(regime=regime, model=model, device=dev, target=tgt, budget_minutes=budget_minutes,
                    samples=samples, turns=turns, rounds=rounds, seed=seed, max_tokens=max_tokens,
-                   scaffold=use_scaffold, eval_timeout=timeout,
+                   scaffold=is_embedded(model) if scaffold is None else scaffold, eval_timeout=timeout,
                    iters=iters, time=not no_timing, executor=executor)
     inp.eval_config(opts)  # bad evaluator options fail here, before any profiling
     check_runnable(parse_regime(regime, target=tgt))  # a bad spec fails here, not after the profiling
     checked = inp.check_runs(task, dev)
     why = ""
-    if target is None and dev != "cpu":
+    if target is None and dev != "cpu":  # after the module is known to run: this plans it in a child
         tgt, why = inp.gpu_default_target(task, dev, opts.scaffold)
         opts = opts.model_copy(update={"target": tgt})
-        check_runnable(parse_regime(regime, target=tgt))
     backend = make_backend(model)
-    err.print(f"optimize {path} · device {dev} · target {tgt}{f' ({why})' if why else ''} · model {backend.model} · regime {regime} · budget "
+    shown = f"{tgt} ({why})" if why else tgt
+    err.print(f"optimize {path} · device {dev} · target {shown} · model {backend.model} · regime {regime} · budget "
               f"{budget_minutes:g} min\nchecked: it imports, its inputs run, forward runs on {dev} -> "
               f"{', '.join(checked.outputs)}", highlight=False, soft_wrap=True)
     with Display(err, budget) as display:  # a failed profiling (InputError) ends it before any generation

@@ -251,8 +251,7 @@ def region(scaffold: Scaffold, wrong: bool = False) -> str:
         env[a.name] = em.arg(a.name)
     # a GEMM segment's first lines are the GEMM itself: the skeleton's K loop computes them, and the
     # region starts from their result (the main input)
-    lines = seg.torch_lines[seg.gemm.lines:] if seg.kind == SegmentKind.GEMM and seg.gemm is not None else seg.torch_lines
-    exec("\n".join(lines), env)  # noqa: S102 -- our own generated lines, on symbols
+    exec("\n".join(seg.epilogue().torch_lines), env)  # noqa: S102 -- our own generated lines, on symbols
     return em.finish(env["y"], wrong)
 
 

@@ -106,15 +106,10 @@ def split(plan: ScaffoldPlan, parts: bool = True) -> list[Step]:
     elementwise region of one line, a line whose value the probes could not keep, or a row a
     composition cannot hold (below). ``parts``: a composite op's line is the lines of its
     definition where the planning child split it (decompose.py); else one line."""
-    seg, probes = plan.segment, plan.probes
-    if seg is not None and seg.kind == SegmentKind.GEMM and seg.gemm is not None:
-        # a GEMM's region is its epilogue: elementwise on the accumulator's tile, after the GEMM's own
-        # lines, with the epilogue's probes (gemm_plan), so its lines are written as an elementwise
-        # segment's and the composition goes into the GEMM skeleton (H200, 2026-12-05: whole-region
-        # samples found no correct Linear epilogue in 11 minutes, L2/01 23 wrong of 32)
-        seg = seg.model_copy(update={"kind": SegmentKind.ELEMENTWISE, "nodes": seg.nodes[1:],
-                                     "targets": seg.targets[1:], "torch_lines": seg.torch_lines[seg.gemm.lines:],
-                                     "gemm": None})
+    # a GEMM's region is its epilogue, split as an elementwise segment's on the epilogue's probes and
+    # composed into the GEMM skeleton (H200, 2026-12-05: whole-region samples found no correct
+    # Linear epilogue in 11 minutes, L2/01 23 wrong of 32)
+    seg, probes = (plan.segment.epilogue() if plan.segment is not None else None), plan.probes
     if seg is None or probes is None or seg.kind not in (SegmentKind.ELEMENTWISE, SegmentKind.ROW):
         return []
     row = seg.kind == SegmentKind.ROW

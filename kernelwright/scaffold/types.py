@@ -96,15 +96,18 @@ class Segment(BaseModel):
     @property
     def pass_through(self) -> bool:
         """The empty region (y stays the main input) is already correct: a lone GEMM's epilogue."""
-        return self.kind == SegmentKind.GEMM and self.gemm is not None and \
-            self.torch_lines[self.gemm.lines:] == [f"y = {self.main.name}"]
+        return self.kind == SegmentKind.GEMM and self.epilogue().torch_lines == [f"y = {self.main.name}"]
 
     def epilogue(self) -> "Segment":
-        """A GEMM segment's region seen as the elementwise kernel it is on the accumulator: what the
-        pre-check runs (the region's names and probes are the same; the K loop is the skeleton's)."""
-        if self.kind != SegmentKind.GEMM:
+        """A GEMM segment's region seen as the elementwise kernel it is on the accumulator, without
+        the GEMM's own node, op and lines (the K loop is the skeleton's; gemm_plan puts them first):
+        what the pre-check runs, what the oracle writes and what a line-at-a-time search splits
+        (the region's names and probes are the same)."""
+        if self.kind != SegmentKind.GEMM or self.gemm is None:
             return self
-        return self.model_copy(update={"kind": SegmentKind.ELEMENTWISE, "gemm": None})
+        return self.model_copy(update={"kind": SegmentKind.ELEMENTWISE, "gemm": None, "nodes": self.nodes[1:],
+                                       "targets": self.targets[1:],
+                                       "torch_lines": self.torch_lines[self.gemm.lines:]})
 
 
 class StepPart(BaseModel):
