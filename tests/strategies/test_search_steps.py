@@ -78,9 +78,10 @@ def test_only_the_wrong_line_is_asked_again_and_the_composed_region_is_verified(
     assert SOFTPLUS_RIGHT in composed.raw_response and "float v1;" in composed.raw_response
 
 
+@pytest.mark.build  # the C++ pre-check runs the compiler (CI's tier watch saw cc1plus: 341bb51)
 def test_no_steps_samples_the_whole_region():
     """+no_steps: the whole region's prompt (all three lines), and no line attempts. Refuted by the
-    real pre-check (no build)."""
+    real pre-check (no evaluator build)."""
     backend = ByLine()
     ctx = _run("search+n=1+turns=1+no_steps", backend)
     [request] = backend.requests
