@@ -345,6 +345,40 @@ CUDA_COMPILE = SCAFFOLDED if os.environ.get("KERNELWRIGHT_CUDA_ALL") == "1" else
 @pytest.mark.build
 @pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+def test_the_cuda_kernels_exp_and_division_are_tritons(plans, tmp_path) -> None:
+    """The CUDA skeleton's fp32 `expf` and `/` compile to what Triton's `tl.exp` and `/` do (and so
+    torch.compile's kernels): `ex2.approx.f32` and `div.full.f32`, with the program's own flags;
+    the same kernel without them divides with `div.rn.f32` (IEEE), so the check can fail."""
+    import subprocess
+
+    from torch.utils.cpp_extension import include_paths
+
+    from kernelwright.scaffold.skeleton import CUDA_FLAGS, CUDA_NUMERICS
+
+    sc = write(plans["builtin/L1/03_softmax"], "cuda")
+    program = sc.program_with(region(sc))
+    assert repr(CUDA_FLAGS) in program and CUDA_NUMERICS in program
+    source = re.search(r'KW_CUDA_SOURCE = r"""\n(.*?)"""', program, re.S).group(1)
+    # the kernel alone: the host function needs the CUDA build of torch's headers
+    source = source[:source.index("torch::Tensor kw_fused_impl")]
+    source = source.replace("#include <ATen/cuda/CUDAContext.h>", "#include <c10/util/Half.h>\n#include <c10/util/BFloat16.h>")
+    source = source.replace("#include <c10/cuda/CUDAException.h>", "")
+    flags = [f for d in include_paths() for f in ("-I", d)]
+
+    def ptx(name: str, text: str, extra: list[str]) -> str:
+        (tmp_path / f"{name}.cu").write_text(text)
+        subprocess.run(["nvcc", "-ptx", "-arch=sm_90", "-std=c++17", *extra, *flags, f"{name}.cu", "-o", f"{name}.ptx"],
+                       cwd=tmp_path, check=True, capture_output=True, text=True)
+        return (tmp_path / f"{name}.ptx").read_text()
+
+    ours = ptx("ours", source, CUDA_FLAGS)
+    assert "ex2.approx" in ours and "div.full.f32" in ours and "div.rn.f32" not in ours
+    ieee = ptx("ieee", source.replace(CUDA_NUMERICS, ""), ["-O3"])
+    assert "div.rn.f32" in ieee
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 @pytest.mark.parametrize("task_id", CUDA_COMPILE)
 def test_cuda_skeleton_compiles(task_id, plans, fast_cfg) -> None:
     from kernelwright.evaluate import evaluate
