@@ -242,13 +242,20 @@ def test_a_cpp_regions_floating_literals_are_float_in_the_program_and_the_pre_ch
 def test_a_cuda_row_regions_column_loops_are_32_bit_where_j_is_only_an_index(plans) -> None:
     """A CUDA row region's `for (int64_t j = ...; j < cols; ...)` loops (the grammar's strided and
     serial forms) run with a 32-bit j in the program and the pre-check, where every other use of j is
-    an accessor's argument or a subscript; j in arithmetic keeps the region as written; the region
-    recorded is the model's text; C++ and elementwise regions are untouched."""
+    an accessor's argument or a subscript, the strided ones counted (a trip count a thread, on the
+    same line); j in arithmetic keeps the region as written; the region recorded is the model's
+    text; C++ and elementwise regions are untouched."""
     from kernelwright.scaffold.precheck.native import _kernel
     from kernelwright.scaffold.types import narrow_row_loops
 
+    from kernelwright.scaffold.types import _COUNTED
+
     strided = "float t = 0.0f;\nfor (int64_t j = threadIdx.x; j < cols; j += blockDim.x) { t += x(j); }\nt = block_sum(t);"
-    assert narrow_row_loops(strided) == strided.replace("int64_t j", "int j")
+    counted = strided.replace("for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)", _COUNTED)
+    assert narrow_row_loops(strided) == counted and counted.count("\n") == strided.count("\n")
+    assert narrow_row_loops(strided.replace("int64_t", "int")) == counted  # the model's own 32-bit loop
+    assert narrow_row_loops(strided.replace("t += x(j);", "t += x(j); j += 1;")) == strided.replace(
+        "t += x(j);", "t += x(j); j += 1;")  # j stepped in the body: its trip count is not the loop's
     serial = "for (int64_t j=0;j<cols;j++) { y[j] = x( j ) * w(j); }\nfor (int64_t j = 0; j < cols; ++j) y[j] += 1.0f;"
     assert narrow_row_loops(serial) == serial.replace("int64_t j", "int j")
     for kept in [serial + "\nfor (int64_t j = 0; j < cols; ++j) y[j] = (float)j;",  # j as a value
@@ -262,8 +269,8 @@ def test_a_cuda_row_regions_column_loops_are_32_bit_where_j_is_only_an_index(pla
     head = "for (int64_t j = threadIdx.x; j < cols;"
     program = sc.program_with(answer)
     assert answer.count(head) == 3 and program.count(head) == sc.program.count(head)  # the skeleton's own only
-    assert program.count("for (int j = threadIdx.x; j < cols;") == 3
-    assert "for (int j = threadIdx.x; j < cols;" in _kernel(plan.segment, "cuda", answer)
+    assert program.count(_COUNTED) == 3
+    assert _COUNTED in _kernel(plan.segment, "cuda", answer)
     assert assemble(sc, f"```cuda\n{answer}\n```").region.strip() == answer.strip()
     assert "int64_t j" in write(plan, "cpp").program_with(region(write(plan, "cpp")))
 
