@@ -744,7 +744,7 @@ def cuda_kernel(seg: Segment) -> tuple[str, str, str]:
     # one value per row: a float the region assigns (an index into the output could run past it)
     y_decl, y_store = _row_output(seg, indent, "if (threadIdx.x == 0) ")
     # `cols` and the accessors' `j` 32-bit (the host checks the row length): with the region's column
-    # loops narrowed (types.narrow_row_loops), a loop's index arithmetic is one word, not two
+    # loops narrowed (compiled.narrow_row_loops), a loop's index arithmetic is one word, not two
     kernel = (f"__global__ void kw_fused_kernel(\n    {params},\n    int64_t rows, int cols, int kw_staged) {{\n"
               "    KW_DYNAMIC_SHARED(kw_stage);\n"
               "    const int64_t row = blockIdx.x;\n"
@@ -882,7 +882,6 @@ CPP_MIN_MAX = ("    [[maybe_unused]] auto fminf = [](float a, float b) { return 
                "    [[maybe_unused]] auto fmaxf = [](float a, float b) { return (a > b || b != b) ? a : b; };\n"
                "    [[maybe_unused]] auto fmin = [](double a, double b) { return (a < b || b != b) ? a : b; };\n"
                "    [[maybe_unused]] auto fmax = [](double a, double b) { return (a > b || b != b) ? a : b; };\n")
-
 
 def cpp_view(seg: Segment) -> str:
     """The C++ kernel as the model is shown it: one loop over the elements (or the rows) with the

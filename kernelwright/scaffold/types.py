@@ -11,12 +11,12 @@ recorded runs see byte-identical prompts.
 from __future__ import annotations
 
 import enum
-import re
 from typing import Optional
 
 from pydantic import BaseModel, Field
 
 from kernelwright.records import Versioned
+from kernelwright.scaffold.compiled import as_compiled
 
 # The one marker pair every target uses; the prompt and the splicer both read them from here.
 BEGIN = "REGION BEGIN"
@@ -167,72 +167,6 @@ class ScaffoldPlan(Versioned):
         if target in GEMM_TARGETS and self.gemm is not None and self.gemm.available:
             return self.gemm
         return self
-
-
-# An unsuffixed decimal floating literal (`0.5`, `.5`, `1.`, `1e-5`, `2.5e3`), not part of a name, a
-# hex float or a suffixed literal (`0.5f`, `1.0L`).
-_FLOAT_LITERAL = re.compile(r"(?<![\w.])((?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)(?![\w.])")
-_C_COMMENT_OR_STRING = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'", re.S)
-
-
-def float_literals(code: str) -> str:
-    """C++ `code` with its unsuffixed floating literals suffixed `f` (outside comments and strings).
-    A literal is a double in C++, and one double operand makes the whole expression double: the
-    model's `0.5 * v * (1.0 + erff(v * 0.7071067811865476))` ran its vectorised loop in double
-    precision, half the lanes and conversions both ways (a bias + GELU of 16K floats, AVX-512: 15.4
-    us against 9.5 us with float literals, eager's add and GELU 10.5 us; 2026-12-04e). The
-    reference computes in float32 (PyTorch's opmath for float, half and bfloat16 tensors), so the
-    region's arithmetic is the reference's precision either way; a variable the model declares
-    `double` stays double."""
-    out, at = [], 0
-    for m in _C_COMMENT_OR_STRING.finditer(code):
-        out.append(_FLOAT_LITERAL.sub(r"\1f", code[at:m.start()]))
-        out.append(m.group(0))
-        at = m.end()
-    out.append(_FLOAT_LITERAL.sub(r"\1f", code[at:]))
-    return "".join(out)
-
-
-# A CUDA row region's loop over its row's columns with a 64-bit `j` (the view's `int64_t`), in the
-# grammar's two forms: the block's threads striding, or one thread
-_ROW_LOOP = re.compile(r"\bfor\s*\(\s*int64_t(\s+j\s*=\s*(?:threadIdx\.x|0)\s*;\s*j\s*<\s*cols\s*;\s*"
-                       r"(?:j\s*\+=\s*(?:blockDim\.x|1)|\+\+j|j\+\+)\s*\))")
-# j where a 32-bit j means the same: an accessor's argument `x(j)` or a subscript `y[j]`
-_J_AS_INDEX = re.compile(r"(?<=[(\[])\s*j\s*(?=[)\]])")
-
-
-# The block-strided loop, narrowed, and the same loop counted: each thread's trip count worked out
-# once (cols is at most 2^31 - 1025, so the sum cannot overflow), which lets nvcc unroll it (by 4-16)
-# and drop the bound check between the unrolled elements. The strided form's trip count depends on
-# a runtime step the compiler does not solve for (SASS of the H200 build, 2026-12-05: the softmax's
-# passes 6/12/19 -> 3.7/10.2/15.0 instructions an element; `#pragma unroll` on the strided form kept
-# a check and a branch an element). Same j, same order, same body: a `continue` still steps j.
-_STRIDED = re.compile(r"\bfor\s*\(\s*int\s+j\s*=\s*threadIdx\.x\s*;\s*j\s*<\s*cols\s*;\s*j\s*\+=\s*blockDim\.x\s*\)")
-_COUNTED = ("for (int j = threadIdx.x, kw_left = cols > (int)threadIdx.x ? (cols - (int)threadIdx.x + (int)blockDim.x - 1)"
-            " / (int)blockDim.x : 0; kw_left > 0; --kw_left, j += blockDim.x)")
-
-
-def narrow_row_loops(region: str) -> str:
-    """A CUDA row region's column loops with a 32-bit `j`, where the region uses `j` only as an
-    index (the kernel's `cols` is a 32-bit int, checked on the host to leave a stride's room):
-    a 64-bit j costs 3 of the 7 instructions each element pays for its loop (SASS, H200 build,
-    2026-12-05: softmax's passes 9, 19 and 37 instructions an element). Any other use of j (in
-    arithmetic, where 32 bits could overflow) leaves the region as written. The block-strided loops
-    then run counted (_COUNTED), on the same line, so a compiler error's line is the region's."""
-    if not (_ROW_LOOP.search(region) or _STRIDED.search(region)):
-        return region
-    heads = _STRIDED.sub("", _ROW_LOOP.sub("", region))
-    if re.search(r"\bj\b", _J_AS_INDEX.sub("", heads)):
-        return region
-    return _STRIDED.sub(_COUNTED, _ROW_LOOP.sub(r"for (int\1", region))
-
-
-def as_compiled(target: str, region: str) -> str:
-    """A region as its program (and the pre-check) compiles it: C++'s floating literals float; a
-    CUDA row region's column loops 32-bit where that changes nothing (narrow_row_loops)."""
-    if target == "cpp":
-        return float_literals(region)
-    return narrow_row_loops(region) if target == "cuda" else region
 
 
 class Scaffold(BaseModel):

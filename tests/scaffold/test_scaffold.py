@@ -221,7 +221,7 @@ def test_a_cpp_regions_floating_literals_are_float_in_the_program_and_the_pre_ch
     ones, hex floats, integers, names, comments and strings stay as written; the region recorded
     is the model's text."""
     from kernelwright.scaffold.precheck.native import _kernel
-    from kernelwright.scaffold.types import float_literals
+    from kernelwright.scaffold.compiled import float_literals
 
     assert float_literals("y = 0.5 * x * (1.0 + erff(x * 0.7071067811865476));") == \
         "y = 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));"
@@ -239,6 +239,73 @@ def test_a_cpp_regions_floating_literals_are_float_in_the_program_and_the_pre_ch
     assert "x * 0.5 + gain" in triton.program_with("y = x * 0.5 + gain")  # C++ only
 
 
+def test_a_cpp_row_regions_min_max_loop_runs_in_lanes_where_that_changes_nothing(plans) -> None:
+    """A C++ row region's `m = fmaxf(m, E)` loop (fminf, fmax, fmin; m first or second; braces or
+    not) runs in LANES partial results in the program and the pre-check, on one line followed by
+    the newlines it had; m of another type, E reading m or assigning, a second statement in the
+    loop, and CUDA and Triton regions are left as written."""
+    from kernelwright.scaffold.compiled import as_compiled, simd_min_max
+    from kernelwright.scaffold.precheck.native import _kernel
+
+    loop = "float t0 = -INFINITY;\nfor (int64_t j = 0; j < cols; ++j) { t0 = fmaxf(t0, x(j)); }\nt0 += 1.0f;"
+    got = simd_min_max(loop)
+    assert "kw_acc[kw_k] = fmaxf(kw_acc[kw_k], x(j))" in got and "kw_acc[kw_k] = NAN" in got
+    assert got.count("\n") == loop.count("\n") and got.endswith("\nt0 += 1.0f;")
+    two_lines = "double m = 0;\nfor (int64_t j = 0; j < cols; j++)\n    m = fmin(x(j) * 2.0f, m);\nm = 1;"
+    got = simd_min_max(two_lines)
+    assert "decltype(m) kw_acc[64]" in got and "fmin(kw_acc[kw_k], x(j) * 2.0f)" in got and got.count("\n") == two_lines.count("\n")
+    assert "kw_acc" in simd_min_max("for (int64_t j = 0; j < cols; ++j) y = fmaxf(y, fabsf(x(j)));")  # the row's y
+    for kept in ["int m = 0;\nfor (int64_t j = 0; j < cols; ++j) { m = fmaxf(m, x(j)); }",
+                 "float m = 0;\nfor (int64_t j = 0; j < cols; ++j) { m = fmaxf(m, x(j) + m); }",
+                 "float m = 0, k = 0;\nfor (int64_t j = 0; j < cols; ++j) { m = fmaxf(m, k++); }",
+                 "float m = 0;\nfor (int64_t j = 0; j < cols; ++j) { m = fmaxf(m, x(j)); y[j] = m; }",
+                 "float m = 0;\nfor (int64_t j = 1; j < cols; ++j) { m = fmaxf(m, x(j)); }"]:
+        assert simd_min_max(kept) == kept
+    plan = plans["builtin/L1/04_log_softmax"]
+    answer = region(write(plan, "cpp"))
+    assert "kw_acc" in write(plan, "cpp").program_with(answer) and "kw_acc" in _kernel(plan.segment, "cpp", answer)
+    assert assemble(write(plan, "cpp"), f"```cpp\n{answer}\n```").region.strip() == answer.strip()
+    assert "kw_acc" not in as_compiled("cuda", loop) and "kw_acc" not in as_compiled("triton", loop)
+
+
+@pytest.mark.build
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
+def test_a_min_max_loop_in_lanes_gives_the_loops_result(tmp_path) -> None:
+    """Built as the C++ skeleton builds (-O3, OpenMP, its math flags, the kernel's fmaxf/fminf), the
+    lanes rewrite of a max and a min loop gives exactly what the plain loop gives, on rows shorter
+    than the lanes, not a multiple of them, with NaNs, infinities, signed zeros, a NaN start and
+    rows of NaNs only."""
+    import subprocess
+
+    from kernelwright.scaffold.compiled import simd_min_max
+    from kernelwright.scaffold.skeleton import CPP_MIN_MAX
+
+    bodies = []
+    for k, (f, init) in enumerate([("fmaxf", "-INFINITY"), ("fminf", "INFINITY"), ("fmaxf", "NAN"), ("fmax", "0.0")]):
+        plain = f"{'double' if f == 'fmax' else 'float'} m = {init};\nfor (int64_t j = 0; j < cols; ++j) {{ m = {f}(m, x(j) * 0.5f); }}"
+        lanes = simd_min_max(plain)
+        assert lanes != plain
+        for name, text in (("plain", plain), ("lanes", lanes)):
+            bodies.append(f"static double {name}{k}(const float* p, int64_t cols) {{\n{CPP_MIN_MAX}"
+                          f"    auto x = [&](int64_t j) -> float {{ return p[j]; }};\n{text}\n    return m;\n}}")
+    calls = "".join(f"        {{ double a = plain{k}(v, n), b = lanes{k}(v, n); if (!(a == b || (a != a && b != b))) "
+                    f"{{ printf(\"%d %d: %g vs %g\\n\", {k}, n, a, b); ++bad; }} }}\n" for k in range(4))
+    src = ["#include <cmath>", "#include <cstdint>", "#include <cstdio>", "#include <initializer_list>", *bodies, "int main() {",
+           "    static float v[1000]; int bad = 0;",
+           "    for (int i = 0; i < 1000; ++i) v[i] = std::sin(i * 0.61f) * (i % 7 + 1);",
+           "    v[5] = NAN; v[70] = INFINITY; v[130] = -INFINITY; v[200] = -0.0f; v[201] = 0.0f; v[999] = 1e30f;",
+           "    for (int n : {0, 1, 5, 63, 64, 65, 130, 777, 1000}) {", calls, "    }",
+           "    for (int i = 0; i < 1000; ++i) v[i] = NAN;",  # only NaNs: the loop keeps its start
+           "    for (int n : {1, 64, 130}) {", calls, "    }",
+           "    printf(\"%d\\n\", bad);", "    return 0;", "}"]
+    (tmp_path / "m.cpp").write_text("\n".join(src))
+    exe = tmp_path / "m"
+    subprocess.run(["c++", "-O3", "-fopenmp", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros",
+                    "-fno-trapping-math", "-o", str(exe), str(tmp_path / "m.cpp")], check=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "0", out[-2000:]
+
+
 def test_a_cuda_row_regions_column_loops_are_32_bit_where_j_is_only_an_index(plans) -> None:
     """A CUDA row region's `for (int64_t j = ...; j < cols; ...)` loops (the grammar's strided and
     serial forms) run with a 32-bit j in the program and the pre-check, where every other use of j is
@@ -246,9 +313,9 @@ def test_a_cuda_row_regions_column_loops_are_32_bit_where_j_is_only_an_index(pla
     same line); j in arithmetic keeps the region as written; the region recorded is the model's
     text; C++ and elementwise regions are untouched."""
     from kernelwright.scaffold.precheck.native import _kernel
-    from kernelwright.scaffold.types import narrow_row_loops
+    from kernelwright.scaffold.compiled import narrow_row_loops
 
-    from kernelwright.scaffold.types import _COUNTED
+    from kernelwright.scaffold.compiled import _COUNTED
 
     strided = "float t = 0.0f;\nfor (int64_t j = threadIdx.x; j < cols; j += blockDim.x) { t += x(j); }\nt = block_sum(t);"
     counted = strided.replace("for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)", _COUNTED)
