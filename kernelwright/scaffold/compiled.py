@@ -127,10 +127,24 @@ def _split_args(text: str) -> list[str]:
     return out + [cur]
 
 
+# `expf(` as a call of C's expf (not `std::expf`, a member or a longer name)
+_EXPF = re.compile(r"(?<![\w:.>])expf(?=\s*\()")
+
+
+def tritons_exp(region: str) -> str:
+    """A CUDA region's fp32 `expf` as Triton's `tl.exp` compiles, and so torch.compile's kernels (the
+    baseline a user compares with): `__expf`, `ex2.approx.f32` of x * log2(e) (read in Triton 3.6's
+    PTX), within 2 + 1.2|x| ulp, far inside the judge's fp32 tolerance (1e-4). IEEE expf cost the
+    CUDA softmax's passes 16 and 35 instructions an element, __expf with Triton's division 12 and
+    19 (SASS of the H200 build, 2026-12-05). The pre-check computes expf in full precision (its
+    shim's __expf is expf): the judge, on the device, is what sees these numerics."""
+    return _EXPF.sub("__expf", region)
+
+
 def as_compiled(target: str, region: str) -> str:
     """A region as its program (and the pre-check) compiles it: C++'s floating literals float and
     its row min/max loops marked as reductions; a CUDA row region's column loops 32-bit and counted
-    where that changes nothing (narrow_row_loops)."""
+    where that changes nothing (narrow_row_loops), its exp Triton's (tritons_exp)."""
     if target == "cpp":
         return simd_min_max(float_literals(region))
-    return narrow_row_loops(region) if target == "cuda" else region
+    return tritons_exp(narrow_row_loops(region)) if target == "cuda" else region

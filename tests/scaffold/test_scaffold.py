@@ -421,17 +421,21 @@ CUDA_COMPILE = SCAFFOLDED if os.environ.get("KERNELWRIGHT_CUDA_ALL") == "1" else
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_the_cuda_kernels_exp_and_division_are_tritons(plans, tmp_path) -> None:
     """The CUDA skeleton's fp32 `expf` and `/` compile to what Triton's `tl.exp` and `/` do (and so
-    torch.compile's kernels): `ex2.approx.f32` and `div.full.f32`, with the program's own flags;
-    the same kernel without them divides with `div.rn.f32` (IEEE), so the check can fail."""
+    torch.compile's kernels): `ex2.approx.f32` and `div.full.f32`, with the program's own flags and
+    the region as compiled; the same kernel with IEEE expf and flags divides with `div.rn.f32`, so
+    the check can fail."""
     import subprocess
 
     from torch.utils.cpp_extension import include_paths
 
-    from kernelwright.scaffold.skeleton import CUDA_FLAGS, CUDA_NUMERICS
+    from kernelwright.scaffold.compiled import tritons_exp
+    from kernelwright.scaffold.skeleton import CUDA_FLAGS
 
     sc = write(plans["builtin/L1/03_softmax"], "cuda")
     program = sc.program_with(region(sc))
-    assert repr(CUDA_FLAGS) in program and CUDA_NUMERICS in program
+    assert repr(CUDA_FLAGS) in program and "__expf(" in program and "__expf(" not in region(sc)  # the region as written
+    assert tritons_exp("a = expf(x) + std::expf(x) + my_expf(x) + s.expf (x);") == \
+        "a = __expf(x) + std::expf(x) + my_expf(x) + s.expf (x);"
     source = re.search(r'KW_CUDA_SOURCE = r"""\n(.*?)"""', program, re.S).group(1)
     # the kernel alone: the host function needs the CUDA build of torch's headers
     source = source[:source.index("torch::Tensor kw_fused_impl")]
@@ -447,7 +451,7 @@ def test_the_cuda_kernels_exp_and_division_are_tritons(plans, tmp_path) -> None:
 
     ours = ptx("ours", source, CUDA_FLAGS)
     assert "ex2.approx" in ours and "div.full.f32" in ours and "div.rn.f32" not in ours
-    ieee = ptx("ieee", source.replace(CUDA_NUMERICS, ""), ["-O3"])
+    ieee = ptx("ieee", source.replace("__expf(", "expf("), ["-O3"])
     assert "div.rn.f32" in ieee
 
 
