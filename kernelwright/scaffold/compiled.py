@@ -69,9 +69,10 @@ def narrow_row_loops(region: str) -> str:
 
 
 # A C++ row region's min/max over its row, `for (int64_t j = 0; j < cols; ++j) { m = fmaxf(m, E); }`
-# (braces optional; fmaxf, fminf, fmax or fmin; m first or second): the one statement of the loop.
+# (from any first column, e.g. 1 after `m = x(0);`; braces optional; fmaxf, fminf, fmax or fmin; m first
+# or second): the one statement of the loop.
 _CPP_MINMAX_LOOP = re.compile(
-    r"(?P<head>\bfor\s*\(\s*int64_t\s+j\s*=\s*0\s*;\s*j\s*<\s*cols\s*;\s*(?:\+\+j|j\+\+|j\s*\+=\s*1)\s*\)\s*)"
+    r"(?P<head>\bfor\s*\(\s*int64_t\s+j\s*=\s*(?P<start>\d+)\s*;\s*j\s*<\s*cols\s*;\s*(?:\+\+j|j\+\+|j\s*\+=\s*1)\s*\)\s*)"
     r"(?P<open>\{\s*)?(?P<v>[A-Za-z_]\w*)\s*=\s*(?P<f>fmaxf|fminf|fmax|fmin)\s*\((?P<args>[^;{}]*)\)\s*;"
     r"(?(open)\s*\})")
 _SIDE_EFFECT = re.compile(r"(?<![=!<>])=(?!=)|\+\+|--")
@@ -106,7 +107,7 @@ def simd_min_max(region: str) -> str:
         if not (types <= {"float", "double"} and (types or v == "y")):
             return m.group(0)
         text = (f"{{ decltype({v}) kw_acc[{LANES}]; for (int kw_k = 0; kw_k < {LANES}; ++kw_k) kw_acc[kw_k] = NAN; "
-                f"int64_t kw_j = 0; for (; kw_j + {LANES} <= cols; kw_j += {LANES}) {{ _Pragma(\"omp simd\") "
+                f"int64_t kw_j = {m.group('start')}; for (; kw_j + {LANES} <= cols; kw_j += {LANES}) {{ _Pragma(\"omp simd\") "
                 f"for (int64_t kw_k = 0; kw_k < {LANES}; ++kw_k) {{ const int64_t j = kw_j + kw_k; kw_acc[kw_k] = {f}(kw_acc[kw_k], {e}); }} }} "
                 f"for (int64_t j = kw_j; j < cols; ++j) {v} = {f}({v}, {e}); "
                 f"for (int kw_k = 0; kw_k < {LANES}; ++kw_k) {v} = {f}({v}, kw_acc[kw_k]); }}")

@@ -259,8 +259,9 @@ def test_a_cpp_row_regions_min_max_loop_runs_in_lanes_where_that_changes_nothing
                  "float m = 0;\nfor (int64_t j = 0; j < cols; ++j) { m = fmaxf(m, x(j) + m); }",
                  "float m = 0, k = 0;\nfor (int64_t j = 0; j < cols; ++j) { m = fmaxf(m, k++); }",
                  "float m = 0;\nfor (int64_t j = 0; j < cols; ++j) { m = fmaxf(m, x(j)); y[j] = m; }",
-                 "float m = 0;\nfor (int64_t j = 1; j < cols; ++j) { m = fmaxf(m, x(j)); }"]:
+                 "float m = 0;\nfor (int64_t j = k; j < cols; ++j) { m = fmaxf(m, x(j)); }"]:
         assert simd_min_max(kept) == kept
+    assert "int64_t kw_j = 1;" in simd_min_max("float m = x(0);\nfor (int64_t j = 1; j < cols; ++j) m = fmaxf(m, x(j));")
     plan = plans["builtin/L1/04_log_softmax"]
     answer = region(write(plan, "cpp"))
     assert "kw_acc" in write(plan, "cpp").program_with(answer) and "kw_acc" in _kernel(plan.segment, "cpp", answer)
@@ -281,15 +282,18 @@ def test_a_min_max_loop_in_lanes_gives_the_loops_result(tmp_path) -> None:
     from kernelwright.scaffold.skeleton import CPP_MIN_MAX
 
     bodies = []
-    for k, (f, init) in enumerate([("fmaxf", "-INFINITY"), ("fminf", "INFINITY"), ("fmaxf", "NAN"), ("fmax", "0.0")]):
-        plain = f"{'double' if f == 'fmax' else 'float'} m = {init};\nfor (int64_t j = 0; j < cols; ++j) {{ m = {f}(m, x(j) * 0.5f); }}"
+    cases = [("fmaxf", "-INFINITY", 0), ("fminf", "INFINITY", 0), ("fmaxf", "NAN", 0), ("fmax", "0.0", 0),
+             ("fmaxf", "cols > 0 ? x(0) : 0.0f", 1)]
+    for k, (f, init, start) in enumerate(cases):
+        plain = (f"{'double' if f == 'fmax' else 'float'} m = {init};\n"
+                 f"for (int64_t j = {start}; j < cols; ++j) {{ m = {f}(m, x(j) * 0.5f); }}")
         lanes = simd_min_max(plain)
         assert lanes != plain
         for name, text in (("plain", plain), ("lanes", lanes)):
             bodies.append(f"static double {name}{k}(const float* p, int64_t cols) {{\n{CPP_MIN_MAX}"
                           f"    auto x = [&](int64_t j) -> float {{ return p[j]; }};\n{text}\n    return m;\n}}")
     calls = "".join(f"        {{ double a = plain{k}(v, n), b = lanes{k}(v, n); if (!(a == b || (a != a && b != b))) "
-                    f"{{ printf(\"%d %d: %g vs %g\\n\", {k}, n, a, b); ++bad; }} }}\n" for k in range(4))
+                    f"{{ printf(\"%d %d: %g vs %g\\n\", {k}, n, a, b); ++bad; }} }}\n" for k in range(len(cases)))
     src = ["#include <cmath>", "#include <cstdint>", "#include <cstdio>", "#include <initializer_list>", *bodies, "int main() {",
            "    static float v[1000]; int bad = 0;",
            "    for (int i = 0; i < 1000; ++i) v[i] = std::sin(i * 0.61f) * (i % 7 + 1);",
