@@ -19,6 +19,7 @@ broadcast against the main input's shape.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from typing import Optional
 
@@ -834,6 +835,40 @@ def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
 
 
 CPP_ROW_PARALLEL_MIN = 32768
+# Broadcast inputs up to which a row's body is compiled for each combination of their steps
+CPP_STEP_COMBINATIONS = 2
+
+
+def _cpp_row_body(seg: Segment, indent: str) -> tuple[str, str]:
+    """(the row loop's body with PLACEHOLDER, the region's indent). A broadcast input's row steps 0
+    or 1 (`_c_row_load`), the same for every row; read through a runtime step, its loads kept the
+    region's loop from vectorising but 16 bytes at a time (L1/08 LayerNorm's weight and bias: GCC
+    built each vector of them from scalar loads). So the body is a generic lambda taking each
+    step as a value: called with `std::integral_constant` steps for every combination (up to
+    CPP_STEP_COMBINATIONS broadcast inputs: 2^k instantiations of the region), the accessor is a
+    plain load at j or one value a row; with more, the body reads through the runtime steps."""
+    bcast = [a for a in seg.args if a.pattern == "broadcast"]
+    if not bcast or len(bcast) > CPP_STEP_COMBINATIONS:  # the steps at run time, in the row loop's body
+        y_decl, y_store = _row_output(seg, indent, "")
+        return f"{_c_loads(seg, indent)}{y_decl}{indent}{PLACEHOLDER}\n{y_store}", indent
+    y_decl, y_store = _row_output(seg, indent + "    ", "")
+    inner = indent + "    "
+    rows = "".join(f"{indent}const int64_t kw_step_{a.name} = {a.name}_inner % cols == 0 ? 0 : 1;\n"
+                   f"{indent}const {C_TYPES[a.dtype]}* kw_row_{a.name} = {a.name}_ptr + "
+                   f"(kw_step_{a.name} == 0 ? row * cols / {a.name}_inner : row * cols) % {a.name}_span;\n"
+                   for a in bcast)
+    loads = "".join(_c_flat_load(a, seg.kind, inner) if a.pattern != "broadcast" else
+                    f"{inner}auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>("
+                    f"kw_row_{a.name}[j * kw_s_{a.name}]); }};\n" for a in seg.args)
+    params = ", ".join(f"auto kw_s_{a.name}" for a in bcast)
+    body = (f"{rows}{indent}auto kw_row_body = [&]({params}) {{\n{loads}{y_decl}{inner}{PLACEHOLDER}\n{y_store}"
+            f"{indent}}};\n")
+    calls = []
+    for steps in itertools.product((0, 1), repeat=len(bcast)):
+        test = " && ".join(f"kw_step_{a.name} == {v}" for a, v in zip(bcast, steps))
+        args = ", ".join(f"std::integral_constant<int64_t, {v}>{{}}" for v in steps)
+        calls.append(f"if ({test}) kw_row_body({args});")
+    return body + indent + "\n".join(calls[:1] + [indent + "else " + c for c in calls[1:]]) + "\n", inner
 
 
 def cpp_kernel(seg: Segment) -> tuple[str, str]:
@@ -859,17 +894,14 @@ def cpp_kernel(seg: Segment) -> tuple[str, str]:
                 "        }\n"
                 "    }\n")
     else:
-        y_decl, y_store = _row_output(seg, indent, "")
+        body, indent = _cpp_row_body(seg, indent)
         # rows in parallel from PyTorch's own grain (at::internal::GRAIN_SIZE, 32768 values), as its
         # softmax and norms split rows: a row region's passes are several times an elementwise op's
         # work, and at 64 x 1000 eager's softmax ran on both cores while the kernel ran on one
         # (0.016 against 0.039 ms; 0.024 in parallel, 2026-12-05). The view keeps what it showed.
         loop = (f"    #pragma omp parallel for if (rows * cols > {CPP_ROW_PARALLEL_MIN})\n"
                 "    for (int64_t row = 0; row < rows; ++row) {\n"
-                f"{_c_loads(seg, indent)}"
-                f"{y_decl}"
-                f"{indent}{PLACEHOLDER}\n"
-                f"{y_store}"
+                f"{body}"
                 "    }\n")
     params = ",\n    ".join(_c_params(seg) + (["int64_t n"] if seg.kind == SegmentKind.ELEMENTWISE
                                                  else ["int64_t rows", "int64_t cols"]))

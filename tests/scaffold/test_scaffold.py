@@ -181,17 +181,22 @@ def test_the_cpp_elementwise_loop_reads_broadcast_inputs_right_in_its_blocks(pla
 
 @pytest.mark.build
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
-def test_the_cpp_row_kernel_reads_broadcast_inputs_right_with_its_steps(plans, tmp_path) -> None:
+@pytest.mark.parametrize("task_id", ["builtin/L3/08_patch_embed_classifier", "builtin/L1/08_layer_norm"])
+def test_the_cpp_row_kernel_reads_broadcast_inputs_right_with_its_steps(task_id, plans, tmp_path) -> None:
     """The C++ row kernel reads a broadcast input from where its row starts, stepping 0 or 1 (no
     division an element): compiled here without torch and run on the two layouts the wrapper
     leaves (one value a row over 1 or 3 rows, a vector along the row or along 2 rows), against the
-    flat formula values[((row * cols + j) / inner) % span]; and its accessors have no division."""
-    from kernelwright.scaffold.skeleton import PLACEHOLDER, cpp_kernel
+    flat formula values[((row * cols + j) / inner) % span]; and its accessors have no division.
+    Three broadcast inputs (L3/08) step at run time; two (L1/08) get a body for each combination
+    of constant steps."""
+    from kernelwright.scaffold.skeleton import CPP_STEP_COMBINATIONS, PLACEHOLDER, cpp_kernel
 
-    seg = plans["builtin/L3/08_patch_embed_classifier"].segment
+    seg = plans[task_id].segment
     args = [a for a in seg.args if a.pattern == "broadcast"]
     assert seg.kind == SegmentKind.ROW and not seg.per_row_output and len(args) >= 2
     kernel, indent = cpp_kernel(seg)
+    constant = len(args) <= CPP_STEP_COMBINATIONS
+    assert kernel.count("std::integral_constant<int64_t, 1>{}") == (len(args) * 2 ** (len(args) - 1) if constant else 0)
     assert not re.search(r"\[[^\]]*(/|%)[^\]]*j[^\]]*\]", kernel)  # no index of j divides
     body = "for (int64_t j = 0; j < cols; ++j) y[j] = " + " + ".join(
         f"{k + 1}.0f * {a.name}(j)" for k, a in enumerate(seg.args)) + ";"
@@ -421,6 +426,7 @@ CUDA_COMPILE = SCAFFOLDED if os.environ.get("KERNELWRIGHT_CUDA_ALL") == "1" else
 
 
 @pytest.mark.build
+@pytest.mark.build
 @pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_the_cuda_kernels_exp_and_division_are_tritons(plans, tmp_path) -> None:
@@ -459,6 +465,7 @@ def test_the_cuda_kernels_exp_and_division_are_tritons(plans, tmp_path) -> None:
     assert "div.rn.f32" in ieee
 
 
+@pytest.mark.build  # nvcc runs unless the build cache has the program (CI's tier watch, cd7af54)
 @pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 @pytest.mark.parametrize("task_id", CUDA_COMPILE)
