@@ -274,6 +274,19 @@ def test_the_environment_is_an_allowlist():
     assert env == {"PATH": "/bin", "LC_ALL": "C", "TORCH_CUDA_ARCH_LIST": "9.0", "PYTHONPATH": "/src"}
 
 
+def test_openmp_threads_sleep_between_the_judges_calls(monkeypatch):
+    """The worker's environment (the judge's and its runners') makes OpenMP threads sleep after a
+    parallel region, whatever the caller's setting: spinning threads of one process took the cores
+    another's timed call needed. An evaluation's extra_env still decides."""
+    from kernelwright.evaluate import EvalConfig
+    from kernelwright.evaluate.evaluator import _environment
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert _environment(EvalConfig(device="cpu"), "cpu")["OMP_WAIT_POLICY"] == "PASSIVE"
+    cfg = EvalConfig(device="cpu", extra_env={"OMP_WAIT_POLICY": "ACTIVE"})
+    assert _environment(cfg, "cpu")["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
 def test_promotion_takes_plain_libraries_only_and_lookup_refuses_a_changed_one(tmp_path):
     scratch, root = tmp_path / "scratch", tmp_path / "root"
     good = scratch / "builds" / ("1" * 24)
