@@ -394,11 +394,22 @@ def _c_row_load(a: KernelArg, indent: str) -> str:
     wrapper's layout given the row length, `_kw_bcast`), so its row's values start at one place and
     step 0 or 1, as CUDA's kw_row_vec: no division and remainder an element, which kept the model's
     loops over the row from vectorising."""
+    return _c_row_start(a, indent) + _c_row_accessor(a, indent, f"kw_step_{a.name}")
+
+
+def _c_row_start(a: KernelArg, indent: str) -> str:
+    """Where a broadcast input's values for this row start (`kw_row_<name>`) and their step, 0 or 1
+    (`kw_step_<name>`, the same for every row)."""
     n = a.name
     return (f"{indent}const int64_t kw_step_{n} = {n}_inner % cols == 0 ? 0 : 1;\n"
             f"{indent}const {C_TYPES[a.dtype]}* kw_row_{n} = {n}_ptr + "
-            f"(kw_step_{n} == 0 ? row * cols / {n}_inner : row * cols) % {n}_span;\n"
-            f"{indent}auto {n} = [&](int64_t j) -> float {{ return static_cast<float>(kw_row_{n}[j * kw_step_{n}]); }};\n")
+            f"(kw_step_{n} == 0 ? row * cols / {n}_inner : row * cols) % {n}_span;\n")
+
+
+def _c_row_accessor(a: KernelArg, indent: str, step: str) -> str:
+    """The region's accessor of a broadcast input: its row's value at j, `step` apart."""
+    return (f"{indent}auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>("
+            f"kw_row_{a.name}[j * {step}]); }};\n")
 
 
 def _host(seg: Segment, device_check: str, launch: str, knobs: tuple[str, ...] = ()) -> tuple[str, str]:
@@ -853,13 +864,9 @@ def _cpp_row_body(seg: Segment, indent: str) -> tuple[str, str]:
         return f"{_c_loads(seg, indent)}{y_decl}{indent}{PLACEHOLDER}\n{y_store}", indent
     y_decl, y_store = _row_output(seg, indent + "    ", "")
     inner = indent + "    "
-    rows = "".join(f"{indent}const int64_t kw_step_{a.name} = {a.name}_inner % cols == 0 ? 0 : 1;\n"
-                   f"{indent}const {C_TYPES[a.dtype]}* kw_row_{a.name} = {a.name}_ptr + "
-                   f"(kw_step_{a.name} == 0 ? row * cols / {a.name}_inner : row * cols) % {a.name}_span;\n"
-                   for a in bcast)
+    rows = "".join(_c_row_start(a, indent) for a in bcast)
     loads = "".join(_c_flat_load(a, seg.kind, inner) if a.pattern != "broadcast" else
-                    f"{inner}auto {a.name} = [&](int64_t j) -> float {{ return static_cast<float>("
-                    f"kw_row_{a.name}[j * kw_s_{a.name}]); }};\n" for a in seg.args)
+                    _c_row_accessor(a, inner, f"kw_s_{a.name}") for a in seg.args)
     params = ", ".join(f"auto kw_s_{a.name}" for a in bcast)
     body = (f"{rows}{indent}auto kw_row_body = [&]({params}) {{\n{loads}{y_decl}{inner}{PLACEHOLDER}\n{y_store}"
             f"{indent}}};\n")
@@ -916,6 +923,7 @@ CPP_MIN_MAX = ("    [[maybe_unused]] auto fminf = [](float a, float b) { return 
                "    [[maybe_unused]] auto fmaxf = [](float a, float b) { return (a > b || b != b) ? a : b; };\n"
                "    [[maybe_unused]] auto fmin = [](double a, double b) { return (a < b || b != b) ? a : b; };\n"
                "    [[maybe_unused]] auto fmax = [](double a, double b) { return (a > b || b != b) ? a : b; };\n")
+
 
 def cpp_view(seg: Segment) -> str:
     """The C++ kernel as the model is shown it: one loop over the elements (or the rows) with the
