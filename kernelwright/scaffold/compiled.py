@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import re
 
-from kernelwright.grounding.cxx import mask, split_args
-
 # An unsuffixed decimal floating literal (`0.5`, `.5`, `1.`, `1e-5`, `2.5e3`), not part of a name, a
 # hex float or a suffixed literal (`0.5f`, `1.0L`).
 _FLOAT_LITERAL = re.compile(r"(?<![\w.])((?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)(?![\w.])")
@@ -78,6 +76,9 @@ _CPP_MINMAX_LOOP = re.compile(
     r"(?P<open>\{\s*)?(?P<v>[A-Za-z_]\w*)\s*=\s*(?P<f>fmaxf|fminf|fmax|fmin)\s*\((?P<args>[^;{}]*)\)\s*;"
     r"(?(open)\s*\})")
 _SIDE_EFFECT = re.compile(r"(?<![=!<>])=(?!=)|\+\+|--")
+# The lanes start at NaN, the identity of C's fmax and fmin (a NaN argument gives the other one):
+# -INFINITY is not, as fmaxf(NaN, -inf) is -inf where the loop, starting at NaN and given no value or
+# only NaNs, gives NaN (a test found it)
 LANES = 64  # independent partial results: four AVX-512 vectors of floats, each its own dependency chain
 
 
@@ -95,10 +96,7 @@ def simd_min_max(region: str) -> str:
     declares (or the row's own `y`), and E neither reads m nor assigns anything. The rewrite is one
     line, followed by the newlines the loop had, so later lines stay where they were."""
     def lanes(m: re.Match) -> str:
-        v, f = m.group("v"), m.group("f")
-        call = "(" + m.group("args") + ")"
-        split = split_args(mask(call), 0)  # the grounding's C++ lexer: brackets and literals as C++ has them
-        args = [call[a:b].strip() for a, b in split[1]] if split else []
+        v, f, args = m.group("v"), m.group("f"), [a.strip() for a in _split_args(m.group("args"))]
         if len(args) != 2 or sum(a == v for a in args) != 1:
             return m.group(0)
         e = args[1] if args[0] == v else args[0]
@@ -108,9 +106,6 @@ def simd_min_max(region: str) -> str:
         types = set(re.findall(rf"\b([A-Za-z_]\w*)\s*[*&]?\s+{re.escape(v)}\s*(?=[=;,)])", region))
         if not (types <= {"float", "double"} and (types or v == "y")):
             return m.group(0)
-        # the lanes start at NaN, the identity of C's fmax and fmin (a NaN argument gives the other
-        # one); -INFINITY is not: fmaxf(NaN, -inf) is -inf where the loop, starting at NaN and given no
-        # value or only NaNs, gives NaN (a test found it)
         text = (f"{{ decltype({v}) kw_acc[{LANES}]; for (int kw_k = 0; kw_k < {LANES}; ++kw_k) kw_acc[kw_k] = NAN; "
                 f"int64_t kw_j = {m.group('start')}; for (; kw_j + {LANES} <= cols; kw_j += {LANES}) {{ _Pragma(\"omp simd\") "
                 f"for (int64_t kw_k = 0; kw_k < {LANES}; ++kw_k) {{ const int64_t j = kw_j + kw_k; kw_acc[kw_k] = {f}(kw_acc[kw_k], {e}); }} }} "
@@ -118,6 +113,19 @@ def simd_min_max(region: str) -> str:
                 f"for (int kw_k = 0; kw_k < {LANES}; ++kw_k) {v} = {f}({v}, kw_acc[kw_k]); }}")
         return text + "\n" * m.group(0).count("\n")
     return _CPP_MINMAX_LOOP.sub(lanes, region)
+
+
+def _split_args(text: str) -> list[str]:
+    """A call's arguments, split at the commas outside parentheses."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+            continue
+        depth += (ch == "(") - (ch == ")")
+        cur += ch
+    return out + [cur]
 
 
 # `expf(` as a call of C's expf (not `std::expf`, a member or a longer name)
