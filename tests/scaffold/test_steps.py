@@ -36,6 +36,7 @@ LAYER_NORM = "builtin/L1/08_layer_norm"  # a LayerNorm module: its weight and bi
 RMS_BF16 = "builtin/L2/07_residual_add_rmsnorm_bf16"  # a line on the norm's weight alone, [cols] wide
 LINEAR_GELU = "builtin/L2/01_linear_gelu_scale"  # a GEMM's epilogue (Triton's GEMM skeleton): gelu, then a scale
 LINEAR_HARDSWISH = "builtin/L2/10_linear_bias_hardswish_clamp"
+MATMUL = "builtin/L1/10_matmul"  # a lone GEMM: its epilogue has no line
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ def plans():
     tasks = [t for t in load_tasks("builtin") if t.id in (HARDSWISH, SOFTPLUS, MIXTURE, GELU, RMS, NORM_SILU, ROWMAX,
                                                                  SOFTMAX_SCALE, SOFTMAX, RMS_BF16, BIAS, MISH,
                                                                  LOG_SOFTMAX, LAYER_NORM, LINEAR_GELU,
-                                                                 LINEAR_HARDSWISH)]
+                                                                 LINEAR_HARDSWISH, MATMUL)]
     return dict(zip([t.id for t in tasks], plan_tasks(tasks)))
 
 
@@ -337,6 +338,33 @@ def test_a_gemms_epilogue_is_written_a_line_at_a_time(task_id, plans) -> None:
     assert not any("linear" in st.line or "@" in st.line for st in steps)
     assert worth_it(steps, "triton")
     _check(gemm, "triton")
+
+
+def test_a_lone_gemm_is_not_written_a_line_at_a_time(plans) -> None:
+    """A matmul's epilogue has no line: no steps (the search samples the whole, empty epilogue), and
+    no error (a study's cell once failed here before its first sample)."""
+    gemm = plans[MATMUL].for_target("triton")
+    assert gemm.segment.kind == SegmentKind.GEMM and gemm.segment.epilogue().torch_lines == ["y = x"]
+    assert split(gemm) == [] and split(gemm, parts=False) == []
+
+
+def test_a_costly_whole_row_line_read_twice_is_stored_once(plans) -> None:
+    """C++: a softmax composed a line at a time computes its exp into a row of its own once (the sum
+    and the division then read it); the max's `x - v1`, arithmetic read once, stays a lambda. CUDA
+    composes as before (no row of its own)."""
+    plan = plans[SOFTMAX]
+    steps = split(plan)
+    answers = [region(write(st.plan, line_target(st, "cpp"))) for st in steps]
+    text = compose(steps, answers, plan.segment, "cpp")
+    exp = next(st.local for st in steps if "exp" in st.line)
+    assert re.findall(r"kw_row_(v\d+);", text) == [exp]
+    assert f"kw_m_{exp}[j] = kw_c_{exp}(j);" in text and text.count(f"kw_c_{exp}(j)") == 1
+    cuda = compose(steps, [region(write(st.plan, line_target(st, "cuda"))) for st in steps], plan.segment, "cuda")
+    assert "kw_row_" not in cuda
+    # arithmetic read twice is recomputed: log_softmax's `x - max` feeds the exp and the result
+    lsm = split(plans[LOG_SOFTMAX])
+    lsm_text = compose(lsm, [region(write(st.plan, line_target(st, "cpp"))) for st in lsm], plans[LOG_SOFTMAX].segment, "cpp")
+    assert "kw_row_" not in lsm_text
 
 
 def test_a_lines_temporaries_stay_in_its_scope(plans) -> None:
