@@ -26,6 +26,21 @@ class Finish(Exception):
         self.verdict, self.error, self.fields = verdict, error, fields
 
 
+# How an out-of-memory of the reference's own run begins its error: the evaluator re-runs the
+# evaluation alone (evaluator.run_prepared) and, out of memory alone too, fails the task, not the
+# candidate. On a shared GPU the reference is no smaller than a candidate (H100, 2026-12-05: a study's
+# softmax cell failed on its reference's 1 GiB with 27 other runners and the model on the card).
+REFERENCE_OOM = "the reference ran out of device memory beside other work"
+
+
+def reference_failed(reply: Any) -> Finish:
+    """The verdict for the reference's runner's failed reply: out of memory as the candidate's is
+    (the device's state), anything else the task's own error."""
+    if getattr(reply, "verdict", None) == "out_of_memory":
+        return Finish("out_of_memory", f"{REFERENCE_OOM}: the reference's runner: {reply.error}")
+    return Finish("reference_error", f"the reference's runner: {reply.error}")
+
+
 def error_text(exc: BaseException, log: str = "") -> str:
     """The exception's first relevant lines and where in the candidate (or reference) it happened."""
     from kernelwright.evaluate.taxonomy import first_relevant_lines

@@ -25,6 +25,7 @@ from kernelwright import device as device_lock
 from kernelwright.device import cuda_arch, resolve_size, validate_device
 from kernelwright.errors import ConfinementError, EvaluatorError, GPUUnavailableError, InfrastructureError
 from kernelwright.evaluate import buildcache, buildspec, sandbox
+from kernelwright.evaluate.candidate_load import REFERENCE_OOM
 from kernelwright.evaluate.static_checks import check_source
 from kernelwright.extract import extract_code
 from kernelwright.measure.draw import SEED
@@ -212,6 +213,9 @@ def run_prepared(task: Task, pre: Prepared, cfg: EvalConfig, run: Optional[Sandb
         with device_lock.DeviceLock(cfg.device, kind="admission") as alone:
             # a fresh child: a pool's spare (`run`) is for one job only
             result = _run_in_sandbox(task, pre.code, pre.code_hash, cfg, sandbox.run_job, prebuild)
+        if result.verdict == Verdict.OUT_OF_MEMORY and (result.error or "").startswith(REFERENCE_OOM):
+            raise EvaluatorError(f"task {task.id}: the reference itself fails: out of device memory even "
+                                 f"alone: {result.error}")
         result.flags.append(f"out of memory beside other work; re-run alone (after waiting {alone.waited:.1f} s "
                             f"for the device's other evaluations): {(first or '')[:300]}")
     result.findings = pre.findings

@@ -37,7 +37,7 @@ sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
 import secrets  # noqa: E402
 from typing import Any, Optional  # noqa: E402
 
-from kernelwright.evaluate.candidate_load import Finish, become_subreaper, end_process  # noqa: E402
+from kernelwright.evaluate.candidate_load import Finish, become_subreaper, end_process, reference_failed  # noqa: E402
 from kernelwright.evaluate.channel import Channel  # noqa: E402
 from kernelwright.evaluate.remote import RemoteRunner  # noqa: E402
 from kernelwright.records import BuildJob, EvalJob, parse_job  # noqa: E402
@@ -155,8 +155,10 @@ class Judge:
                 self.ref_mod, _, self.init_inputs, self.ref_model = work.build_reference(
                     job.task_source, job.seed, self.device)
             except Exception as e:  # the task itself is broken: bad input, not a candidate verdict
-                from kernelwright.evaluate.candidate_load import error_text
+                from kernelwright.evaluate.candidate_load import REFERENCE_OOM, error_text, is_out_of_memory
 
+                if is_out_of_memory(e):  # the device's state beside other work: the evaluator re-runs it alone
+                    raise Finish("out_of_memory", f"{REFERENCE_OOM}: {error_text(e)}") from e
                 raise Finish("reference_error", error_text(e)) from e
 
         from kernelwright.evaluate.link import Import
@@ -232,8 +234,15 @@ class Judge:
 
     def _reference(self, inputs: list[Any]) -> list[Any]:
         """The reference's outputs on the judge's own copy of `inputs`, flattened."""
-        with self.torch.no_grad():
-            return self.compare.flatten(self.ref_model(*self.timing.clone_inputs(inputs)))
+        from kernelwright.evaluate.candidate_load import REFERENCE_OOM, error_text, is_out_of_memory
+
+        try:
+            with self.torch.no_grad():
+                return self.compare.flatten(self.ref_model(*self.timing.clone_inputs(inputs)))
+        except Exception as e:
+            if is_out_of_memory(e):  # the task's, not the candidate's: re-run alone, then the task fails
+                raise Finish("out_of_memory", f"{REFERENCE_OOM}: {error_text(e)}") from e
+            raise
 
     def _tol(self, refs: list[Any]) -> Any:
         return self.compare.tolerance_for(refs, self.job.atol, self.job.rtol)
@@ -322,7 +331,7 @@ class Judge:
         for _ in ("import", "init"):  # posted after load_reference
             reply = self._ask(ref.collect)
             if not reply.ok:
-                raise Finish("reference_error", f"the reference's runner: {reply.error}")
+                raise reference_failed(reply)
         cfg = timing.TimingConfig(**job.timing.model_dump())
         cand_served, ref_served = Served(self.cand, self.like), Served(ref, self.like)
         try:
@@ -333,7 +342,7 @@ class Judge:
             raise Finish("cheat", e.message, cheat_reasons=[e.reason]) from e
         except Refused as e:
             if e.runner is not self.cand:
-                raise Finish("reference_error", f"the reference's runner: {e.reply.error}") from None
+                raise reference_failed(e.reply) from None
             raise self._claim(e.reply) from None
         self.fields.setdefault("flags", []).extend(fields.pop("flags"))
         self.fields.update(fields)

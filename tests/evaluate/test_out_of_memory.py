@@ -136,3 +136,34 @@ def test_a_candidate_killed_at_the_memory_limit_is_out_of_memory_not_a_crash(tas
     assert "memory limit of 1024 MB" in r.error and r.confinement.memory_limit_mb == 1024
     assert any("re-run alone" in f for f in r.flags)
     assert evaluate(task, HEALTHY, small).verdict == Verdict.NO_CUSTOM_KERNEL
+
+
+def test_a_reference_out_of_memory_is_re_run_alone_then_fails_the_task_not_the_candidate(task, cfg, tmp_path):
+    """The reference's own run out of memory is the device's state as a candidate's is (a study's
+    runners share the GPU): re-run alone; out of memory alone too, the task fails (EvaluatorError,
+    as any failing reference), never a verdict on the candidate."""
+    from kernelwright.errors import EvaluatorError
+
+    source = (TASKS / "bias_relu.py").read_text().replace(
+        "        return torch.relu(x + self.bias)",
+        "        scratch = torch.empty(1 << 46, dtype=torch.uint8)  # 64 TiB\n"
+        "        return torch.relu(x + self.bias) + scratch[:1].float() * 0")
+    path = tmp_path / "greedy_reference.py"
+    path.write_text(source)
+    seen: list[str] = []
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    logger = logging.getLogger("kernelwright.evaluate.evaluator")
+    handler, level = Seen(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        with pytest.raises(EvaluatorError, match="the reference itself fails: out of device memory even alone"):
+            evaluate(load_task(str(path)), HEALTHY, cfg)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert any("re-running it alone" in m and "the reference ran out of device memory" in m for m in seen), seen
