@@ -88,9 +88,10 @@ def simd_min_max(region: str) -> str:
     comparison and select that keep C's NaN rule (the kernel's fmaxf), and the row's max pass,
     scalar, took 23 of a log_softmax's 39 us (32 x 1500 fp32, one thread; 2026-12-05). Each lane
     `k` folds the values at j = k, k + LANES, ... (an `omp simd` loop: no lane reads another), the
-    tail too (lane k takes the tail's k-th value), then the lanes fold in halves (32, 16, ... 1) and
-    lane 0 into m: the tail and the fold run scalar, one dependent select a value, cost a 1000-value
-    row as much as its 15 full blocks (a composed softmax 0.81x -> 0.94x eager, 2026-12-05). The kernel's fmaxf/fminf are commutative and associative
+    tail too (lane k takes the tail's k-th value: run scalar, one dependent select a value, the 40
+    left of a 1000-value row cost about what its 15 full blocks did), then the lanes fold into m
+    one by one (folded in halves, 32 + 16 + ... + 1 in vector loops, a softmax over rows of 128
+    ran 10-15% slower: 64 x 128, 2026-12-05). The kernel's fmaxf/fminf are commutative and associative
     over the values (NaNs ignored, as C's are; -fno-signed-zeros), so any order gives the result
     the loop would. Stand-alone (1500 floats a row, AVX-512): 0.41 ns an element scalar, 0.066 in
     lanes; an OpenMP user reduction (`declare reduction` + `omp simd reduction`) took 0.15.
@@ -118,8 +119,7 @@ def simd_min_max(region: str) -> str:
                 f"for (int64_t kw_k = 0; kw_k < {LANES}; ++kw_k) {{ const int64_t j = kw_j + kw_k; kw_acc[kw_k] = {f}(kw_acc[kw_k], {e}); }} }} "
                 f"_Pragma(\"omp simd\") for (int64_t kw_k = 0; kw_k < cols - kw_j; ++kw_k) {{ const int64_t j = kw_j + kw_k; "
                 f"kw_acc[kw_k] = {f}(kw_acc[kw_k], {e}); }} "
-                f"for (int kw_w = {LANES // 2}; kw_w > 0; kw_w /= 2) {{ _Pragma(\"omp simd\") for (int kw_k = 0; kw_k < kw_w; "
-                f"++kw_k) kw_acc[kw_k] = {f}(kw_acc[kw_k], kw_acc[kw_k + kw_w]); }} {v} = {f}({v}, kw_acc[0]); }}")
+                f"for (int kw_k = 0; kw_k < {LANES}; ++kw_k) {v} = {f}({v}, kw_acc[kw_k]); }}")
         return text + "\n" * m.group(0).count("\n")
     return _CPP_MINMAX_LOOP.sub(lanes, region)
 

@@ -476,7 +476,7 @@ def _to_store(steps: list[Step], regions: list[str]) -> set[str]:
     """The whole-row lines a C++ row region stores in a row of its own: those the lines after them
     would otherwise compute more than once a column. A whole-row line is a lambda of j, computed
     again at every call: a softmax composed a line at a time computed its exp in the sum's pass and
-    again in the division's (64 x 1000 fp32, 2 cores: 0.60x eager; its exp stored, 0.78x). Counted
+    again in the division's (64 x 1000 fp32, 2 cores: 0.62-0.65x eager; its exp stored, 0.81-0.84x). Counted
     from the last line back: a line read by a later line's lambda is computed as often as that
     lambda is (once where that one is stored), read by a row task as often as the task's answer
     names its input, and by the final store once. Only a line that calls a math function, or reads
