@@ -262,6 +262,9 @@ def test_a_cpp_row_regions_min_max_loop_runs_in_lanes_where_that_changes_nothing
     # fmaxf/fminf round every step to a float: float lanes for a double m too
     assert "{ float kw_acc[64]" in simd_min_max(two_lines.replace("fmin(", "fminf("))
     assert "kw_acc" in simd_min_max("for (int64_t j = 0; j < cols; ++j) y = fmaxf(y, fabsf(x(j)));")  # the row's y
+    # `return y;` (a composed line's lambda) declares nothing
+    assert "kw_acc" in simd_min_max("auto f = [&](int64_t j) -> float {\n    float y = x(j);\n    return y;\n};\n"
+                                    "double y = 0.0;\nfor (int64_t j = 0; j < cols; ++j) { y = fmaxf(y, x(j)); }")
     for kept in ["int m = 0;\nfor (int64_t j = 0; j < cols; ++j) { m = fmaxf(m, x(j)); }",
                  "float m = 0;\nfor (int64_t j = 0; j < cols; ++j) { m = fmaxf(m, x(j) + m); }",
                  "float m = 0, k = 0;\nfor (int64_t j = 0; j < cols; ++j) { m = fmaxf(m, k++); }",

@@ -359,6 +359,11 @@ def test_a_costly_whole_row_line_read_twice_is_stored_once(plans) -> None:
     exp = next(st.local for st in steps if "exp" in st.line)
     assert re.findall(r"kw_row_(v\d+);", text) == [exp]
     assert f"kw_m_{exp}[j] = kw_c_{exp}(j);" in text and text.count(f"kw_c_{exp}(j)") == 1
+    # its max pass runs in lanes as the program compiles it (the lines' lambdas' `return y;` once
+    # read as a declaration of y kept it scalar)
+    from kernelwright.scaffold.compiled import as_compiled
+
+    assert "kw_acc" in as_compiled("cpp", text)
     cuda = compose(steps, [region(write(st.plan, line_target(st, "cuda"))) for st in steps], plan.segment, "cuda")
     assert "kw_row_" not in cuda
     # arithmetic read twice is recomputed: log_softmax's `x - max` feeds the exp and the result
