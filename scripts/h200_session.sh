@@ -4,6 +4,8 @@
 # them; each writes its log under /tmp/kwout. Detached means `setsid nohup`: a job left in the call's
 # process group dies with the call. And the machine is given back 30 s after a call ends: while a
 # job runs, keep a call in flight (`poll S`), never think between calls (2026-12-02: two studies lost).
+# No H200 coming (2026-12-05c: three starts refused, 1.5 minutes of device time each): the first call
+# with kind nvidia-h100-x1 ran the same sequence on an H100 (docs/results/h100-2026-12-05.md).
 set -u
 source scripts/device_env.sh
 MODEL=/tmp/kwcache/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
