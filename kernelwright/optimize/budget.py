@@ -41,6 +41,10 @@ class Budget:
     def spent(self) -> bool:
         return time.monotonic() >= self.deadline
 
+    def less(self, seconds: float) -> "Budget":
+        """The same clock, ending `seconds` earlier (never before it started)."""
+        return Budget(max(0.0, self.minutes - seconds / 60.0), started=self.started)
+
 
 class BudgetedBackend:
     """A backend that refuses to start a generation once the budget is spent."""

@@ -67,6 +67,9 @@ class Outcome(BaseModel):
     goal: bool = False  # correct, custom kernel, faster beyond noise
     speedup_vs_eager: Optional[float] = None
     speedup_vs_compile: Optional[float] = None
+    # how: "judge" (torch.compile timed beside the kept candidate by the evaluator, one protocol) or
+    # "chained" (the baselines' torch.compile / eager x the judge's speedup vs eager)
+    vs_compile_by: str = ""
     fraction_of_floor: Optional[float] = None
     stopped: str = ""  # goal | budget | rounds | interrupted | error
     error: Optional[str] = None

@@ -105,8 +105,12 @@ def tables(o: Outcome, attempts: list[Attempt], kept: Optional[Attempt]) -> list
     protocol = (r.timing.protocol if r is not None and r.timing else b.eager.protocol if b.eager else None)
     notes = ["Speedup vs eager: the evaluator times the reference and the candidate in one process on the same "
              "inputs; faster means the candidate's p75 is below the reference's p25.",
-             "Speedup vs torch.compile: (torch.compile / eager, timed together in one child process) x (speedup vs "
-             "eager): two paired ratios, so load on a shared machine between the two processes cancels."]
+             ("Speedup vs torch.compile: torch.compile(reference) timed beside the kept candidate by the evaluator, "
+              "in one more evaluation under the same protocol." if o.vs_compile_by == "judge" else
+              "Speedup vs torch.compile: (torch.compile / eager, timed together in one child process) x (speedup vs "
+              "eager): two paired ratios, so load on a shared machine between the two processes cancels; the two "
+              "protocols differ (a warm process against the evaluator's cold caches and copies), so a memory-bound "
+              "kernel's ratio is understated (used where torch.compile could not be timed beside it).")]
     if protocol:
         notes.append(f"Timing protocol: {protocol}.")
     notes.append("Net of the timing protocol: each timed call includes copying its inputs in and its outputs out "

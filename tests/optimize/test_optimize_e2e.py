@@ -123,6 +123,9 @@ def test_optimize_end_to_end_on_replay(mode, tmp_path, build_cache):
         model_new = out / "model_new.py"
         assert best.id in report and outcome.kept_id == best.id
         assert "net of the timing protocol" in report and "time in custom code" in report
+        # torch.compile timed beside the kept candidate by the evaluator: one protocol for both
+        assert outcome.vs_compile_by == "judge" and outcome.speedup_vs_compile is not None, outcome
+        assert "timed beside the kept candidate by the evaluator" in report
         assert "--- reference.py" in report and "+++ model_new.py" in report
         env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"), "KERNELWRIGHT_CACHE": str(build_cache),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
