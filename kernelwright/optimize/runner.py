@@ -182,6 +182,7 @@ def _settle(outcome: Outcome, attempts: list[Attempt], analysis, beside=None) ->
         if beside is not None and beside.correct and beside.compile_runtime_ms and beside.runtime_ms:
             outcome.speedup_vs_compile = beside.compile_runtime_ms / beside.runtime_ms
             outcome.vs_compile_by = "judge"
+            outcome.beside_ms = (beside.compile_runtime_ms, beside.runtime_ms)
         elif r.speedup is not None and b.eager is not None and b.compiled is not None:
             # Two paired ratios chained: torch.compile vs eager (one process), kernel vs eager (the
             # evaluator's process). Robust to the load of a shared machine drifting between them.

@@ -70,6 +70,7 @@ class Outcome(BaseModel):
     # how: "judge" (torch.compile timed beside the kept candidate by the evaluator, one protocol) or
     # "chained" (the baselines' torch.compile / eager x the judge's speedup vs eager)
     vs_compile_by: str = ""
+    beside_ms: Optional[tuple[float, float]] = None  # judge: (torch.compile, the kept candidate) medians, ms
     fraction_of_floor: Optional[float] = None
     stopped: str = ""  # goal | budget | rounds | interrupted | error
     error: Optional[str] = None

@@ -92,6 +92,8 @@ def tables(o: Outcome, attempts: list[Attempt], kept: Optional[Attempt]) -> list
                   f"{r.speedup:.3g}x ({'faster beyond noise' if r.faster else 'not faster beyond noise'})"],
                  ["speedup vs torch.compile", ratio(o.speedup_vs_compile) if o.speedup_vs_compile is not None
                   else "n/a (torch.compile or the candidate not timed)"],
+                 *([["torch.compile, beside the kept candidate", f"{o.beside_ms[0]:.4g} ms (the kept candidate "
+                     f"{o.beside_ms[1]:.4g} ms in that evaluation)"]] if o.beside_ms else []),
                  ["net of the timing protocol, vs eager", _net(r)],
                  ["time in custom code", "n/a (not measured)" if r.custom_share is None else
                   f"{100 * r.custom_share:.0f}% of one forward (the evaluator's work probe)"]]

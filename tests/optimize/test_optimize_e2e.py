@@ -126,6 +126,8 @@ def test_optimize_end_to_end_on_replay(mode, tmp_path, build_cache):
         # torch.compile timed beside the kept candidate by the evaluator: one protocol for both
         assert outcome.vs_compile_by == "judge" and outcome.speedup_vs_compile is not None, outcome
         assert "timed beside the kept candidate by the evaluator" in report
+        assert outcome.beside_ms and "| torch.compile, beside the kept candidate |" in report
+        assert abs(outcome.beside_ms[0] / outcome.beside_ms[1] - outcome.speedup_vs_compile) < 1e-9
         assert "--- reference.py" in report and "+++ model_new.py" in report
         env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"), "KERNELWRIGHT_CACHE": str(build_cache),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
