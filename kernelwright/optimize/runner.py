@@ -38,7 +38,7 @@ from kernelwright.study.spec import EvalSettings
 LATER_ROUND_TEMPERATURE = 0.7
 MIN_BASELINE_S = 30.0
 CLOSING_S = 30.0  # the budget's end kept for timing torch.compile beside the kept candidate (CPU: 10-15 s)
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 OUTPUT_FILES = ("model_new.py", "report.md", "report.html", "summary.json", ATTEMPTS, CELLS, MANIFEST)
 
 def _facts(task: Task, analysis, facts_path: Optional[Path]) -> PromptFacts:
@@ -128,8 +128,14 @@ def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget:
     except KeyboardInterrupt:
         outcome.stopped, outcome.exit_code = "interrupted", EXIT_INTERRUPTED
 
-    beside = _beside_compile(task, attempts, eval_cfg, budget, progress) if outcome.exit_code in (
-        EXIT_FASTER, EXIT_NOT_FASTER) else None
+    beside = None
+    if outcome.exit_code in (EXIT_FASTER, EXIT_NOT_FASTER):
+        try:
+            beside = _beside_compile(task, attempts, eval_cfg, budget, progress)
+        except GPUUnavailableError as e:  # the kept candidate was verified before: it is still kept
+            outcome.stopped, outcome.error, outcome.exit_code = "error", str(e), EXIT_GPU_GONE
+        except KeyboardInterrupt:
+            outcome.stopped, outcome.exit_code = "interrupted", EXIT_INTERRUPTED
     _settle(outcome, attempts, analysis, beside)
     outcome.wall_s = round(budget.elapsed(), 1)
     return outcome, attempts  # the caller writes the report (report.optimize_report.write)
@@ -163,8 +169,10 @@ def _beside_compile(task: Task, attempts: list[Attempt], eval_cfg, budget: Budge
     progress(Step("timing the kept candidate beside torch.compile"))
     try:
         return evaluate(task, code, replace(eval_cfg, compile_baseline=True))
+    except GPUUnavailableError:
+        raise
     except EvaluatorError as e:  # the chained ratio stands; the report says which
-        log.warning("timing the kept candidate beside torch.compile failed: %s", first_line(e))
+        logger.warning("timing the kept candidate beside torch.compile failed: %s", first_line(e))
         return None
 
 
