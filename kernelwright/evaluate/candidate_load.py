@@ -33,6 +33,14 @@ class Finish(Exception):
 REFERENCE_OOM = "the reference ran out of device memory beside other work"
 
 
+def reference_raised(e: BaseException) -> Finish:
+    """The verdict for an exception of the reference's run in the judge: out of memory as a
+    candidate's is, anything else the task's own error."""
+    if is_out_of_memory(e):
+        return Finish("out_of_memory", f"{REFERENCE_OOM}: {error_text(e)}")
+    return Finish("reference_error", error_text(e))
+
+
 def reference_failed(reply: Any) -> Finish:
     """The verdict for the reference's runner's failed reply: out of memory as the candidate's is
     (the device's state), anything else the task's own error."""

@@ -37,7 +37,8 @@ sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
 import secrets  # noqa: E402
 from typing import Any, Optional  # noqa: E402
 
-from kernelwright.evaluate.candidate_load import Finish, become_subreaper, end_process, reference_failed  # noqa: E402
+from kernelwright.evaluate.candidate_load import (  # noqa: E402
+    Finish, become_subreaper, end_process, reference_failed, reference_raised)
 from kernelwright.evaluate.channel import Channel  # noqa: E402
 from kernelwright.evaluate.remote import RemoteRunner  # noqa: E402
 from kernelwright.records import BuildJob, EvalJob, parse_job  # noqa: E402
@@ -154,12 +155,8 @@ class Judge:
             try:
                 self.ref_mod, _, self.init_inputs, self.ref_model = work.build_reference(
                     job.task_source, job.seed, self.device)
-            except Exception as e:  # the task itself is broken: bad input, not a candidate verdict
-                from kernelwright.evaluate.candidate_load import REFERENCE_OOM, error_text, is_out_of_memory
-
-                if is_out_of_memory(e):  # the device's state beside other work: the evaluator re-runs it alone
-                    raise Finish("out_of_memory", f"{REFERENCE_OOM}: {error_text(e)}") from e
-                raise Finish("reference_error", error_text(e)) from e
+            except Exception as e:  # the task itself is broken (bad input), or the device full: not a candidate verdict
+                raise reference_raised(e) from e
 
         from kernelwright.evaluate.link import Import
         from kernelwright.evaluate.remote import init_request
@@ -234,14 +231,14 @@ class Judge:
 
     def _reference(self, inputs: list[Any]) -> list[Any]:
         """The reference's outputs on the judge's own copy of `inputs`, flattened."""
-        from kernelwright.evaluate.candidate_load import REFERENCE_OOM, error_text, is_out_of_memory
+        from kernelwright.evaluate.candidate_load import is_out_of_memory
 
         try:
             with self.torch.no_grad():
                 return self.compare.flatten(self.ref_model(*self.timing.clone_inputs(inputs)))
         except Exception as e:
             if is_out_of_memory(e):  # the task's, not the candidate's: re-run alone, then the task fails
-                raise Finish("out_of_memory", f"{REFERENCE_OOM}: {error_text(e)}") from e
+                raise reference_raised(e) from e
             raise
 
     def _tol(self, refs: list[Any]) -> Any:
