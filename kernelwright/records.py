@@ -367,6 +367,9 @@ class Cell(Versioned):
     turns: int = 0
     wall_s: float = 0.0
     usage: Usage = Field(default_factory=Usage)
+    # why the regime was cut short, where it was: "clock of 4 min spent" (a budget or a study
+    # cell's clock: llm/budget.py), else the exception's kind; None when it ran to its end
+    stopped: Optional[str] = None
 
 
 # -- what crosses the evaluator's sandbox boundary ------------------------------------------------

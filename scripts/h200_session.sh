@@ -88,6 +88,8 @@ steps)  # issue #17, search a line at a time: `steps TARGET:REGIME...` (2026-12-
   # candidates (EvalConfig.priority), so a cell with variants left holds its job longer
   # 2026-12-05: cut off at 11.3 minutes with 23 of 28 cells holding a verified kernel and their launch
   # variants queued behind two slots: SLOTS=4 gives more (the timed stage holds the GPU alone anyway)
+  # H100 2026-12-05c: 11 of 28 cells ended in 15.7 minutes. CELL_MINUTES=M gives each cell a clock
+  # (--cell-minutes: no model request after M minutes), so the whole study ends inside one session
   bash "$0" copy
   cd /tmp/kwb
   export PYTHONPATH=/tmp/site:/tmp/kwb
@@ -96,7 +98,7 @@ steps)  # issue #17, search a line at a time: `steps TARGET:REGIME...` (2026-12-
     ids=$(python3 -c "import sys; from kernelwright.tasks import load_tasks; from kernelwright.scaffold import plan_tasks, write
 ts = load_tasks('builtin'); print(' '.join('-t ' + t.id for t, p in zip(ts, plan_tasks(ts)) if write(p, sys.argv[1]).available))" $t)
     setsid nohup python3 -m kernelwright.cli.main study run -m "hf:qwen2.5-coder-1.5b?batch_size=64" -r $r $ids \
-      --target $t --device $dev --max-tokens 768 --iters 50 --jobs 28 --slots ${SLOTS:-2} --compile-baseline --out /tmp/st/$t-${r%%+*} \
+      --target $t --device $dev --max-tokens 768 --iters 50 --jobs 28 --slots ${SLOTS:-2} ${CELL_MINUTES:+--cell-minutes $CELL_MINUTES} --compile-baseline --out /tmp/st/$t-${r%%+*} \
       > /tmp/kwout/study-$t-${r%%+*}.log 2>&1 < /dev/null &
   done
   disown -a; sleep 2; echo started ;;

@@ -26,7 +26,7 @@ from kernelwright.events import (
     Searched,
     Step,
 )
-from kernelwright.optimize.budget import Budget
+from kernelwright.llm.budget import Budget
 
 
 def _clock(seconds: float) -> str:

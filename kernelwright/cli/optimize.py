@@ -59,7 +59,7 @@ def optimize_cmd(
     from kernelwright.llm import make_backend
     from kernelwright.llm.registry import is_embedded
     from kernelwright.optimize import inputs as inp
-    from kernelwright.optimize.budget import Budget
+    from kernelwright.llm.budget import Budget
     from kernelwright.optimize.runner import optimize
     from kernelwright.report.optimize_report import headline
     from kernelwright.report.optimize_report import write as write_report

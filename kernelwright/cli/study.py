@@ -46,6 +46,7 @@ def run_cmd(
     devices: Annotated[list[str] | None, typer.Option("--device", "-d", help="cpu or cuda:N, repeatable: one evaluation worker each.")] = None,
     target: Annotated[str | None, typer.Option(help="cuda | triton | cpp.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Decoding budget per generated program.")] = None,
+    cell_minutes: Annotated[float | None, typer.Option(help="A clock per cell: no model request after this many minutes of it (in the config hash).")] = None,
     facts: Annotated[Path | None, typer.Option(help="Folder of recorded task facts (default: OUT/facts).")] = None,
     jobs: Annotated[int | None, typer.Option(help="Cells in flight at once (default: two per device).")] = None,
     slots: Annotated[int | None, typer.Option(help="Evaluations at once per device (local pool) or per GPU (ray); default 1. Timing stays exclusive.")] = None,
@@ -69,7 +70,7 @@ def run_cmd(
 
     overrides = {"out": str(out_dir) if out_dir else None, "model": model, "regimes": _split(regimes), "tasks": tasks,
                  "n": n, "turns": turns, "seeds": seeds, "devices": _split(devices), "target": target,
-                 "max_tokens": max_tokens, "facts": str(facts) if facts else None, "jobs": jobs, "slots": slots,
+                 "max_tokens": max_tokens, "cell_minutes": cell_minutes, "facts": str(facts) if facts else None, "jobs": jobs, "slots": slots,
                  "cache_dir": cache_dir, "eval.timeout": timeout, "eval.trials": trials, "eval.iters": iters, "eval.warmup": warmup,
                  "eval.time": timing, "eval.size": size, "eval.compile_baseline": compile_baseline, "executor": executor,
                  "ray_address": ray_address, "model_gpu": model_gpu}

@@ -24,7 +24,7 @@ from kernelwright.events import Event, Round, Routed, Step
 from kernelwright.executors.base import make_executor, opened
 from kernelwright.llm.base import Backend, BackendError, first_line
 from kernelwright.optimize import baseline as baseline_mod
-from kernelwright.optimize.budget import Budget, BudgetedBackend, BudgetSpent
+from kernelwright.llm.budget import Budget, BudgetedBackend, BudgetSpent
 from kernelwright.optimize.inputs import InputError, eval_config
 from kernelwright.optimize.types import Baseline, Options, Outcome
 from kernelwright.prompts.facts import PromptFacts

@@ -68,6 +68,12 @@ def _sources(data: StudyData) -> list[str]:
                          + (" (KernelBench's definitions: the task module's names visible to the candidate, an "
                             "__init__ failure not compiled, the task's own size; the candidate could reach the "
                             "reference's Model)" if "kernelbench" in modes else ""))
+        clocks = sorted({c["cell_minutes"] for c in m.configs.values() if c.get("cell_minutes") is not None})
+        if clocks:
+            mine = [c for c in data.cells if c.config_hash in m.configs]
+            by_clock = sum(1 for c in mine if (c.stopped or "").startswith("clock of"))
+            lines.append(f"{folder.name}: a clock of {' / '.join(f'{x:g}' for x in clocks)} min per cell (no model "
+                         f"request after it): {by_clock} of {len(mine)} cell(s) stopped by it")
     models = sorted({c.model for c in data.cells if c.model})
     attempts = sum(len(v) for v in data.attempts.values())
     lines.append(f"{len(data.cells)} cell(s), {attempts} candidate(s); model(s): {', '.join(models) or 'n/a'}.")

@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 from kernelwright.evaluate import EvalConfig
 from kernelwright.executors.base import Direct, Executor
 from kernelwright.llm.base import Backend
+from kernelwright.llm.budget import BudgetSpent
 from kernelwright.records import Attempt, Cell, Task, Verdict
 from kernelwright.strategies import selection
 from kernelwright.strategies.base import ProgressFn, RunContext
@@ -53,7 +54,9 @@ def run_regime(task: Task, backend: Backend, config: RegimeConfig, eval_config: 
         load_regime(config.name)(ctx)
     except BaseException as e:
         if cell_sink is not None:
-            cell_sink(_cell(ctx, task, config, chash, started, stopped=type(e).__name__))
+            # a spent clock says whose ("budget of 3 min spent"), anything else its kind
+            stopped = str(e) if isinstance(e, BudgetSpent) else type(e).__name__
+            cell_sink(_cell(ctx, task, config, chash, started, stopped=stopped))
         raise
     cell = _cell(ctx, task, config, chash, started)
     if cell_sink is not None:
@@ -80,6 +83,7 @@ def _cell(ctx: RunContext, task: Task, config: RegimeConfig, chash: str, started
         turns=1 + max((a.turn for a in ctx.attempts), default=0),
         wall_s=round(time.monotonic() - started, 2),
         usage=ctx.usage,
+        stopped=stopped,
     )
 
 

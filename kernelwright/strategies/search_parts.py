@@ -138,7 +138,7 @@ def _tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attemp
     best = min(verified, key=lambda a: a.eval.runtime_ms if a.eval.runtime_ms is not None else float("inf"))
     code = best.repaired_code or best.code
     variants = launch_variants(sc.segment, sc.target)
-    budget = getattr(ctx.backend, "budget", None)  # optimize's wall-clock budget (optimize/budget.py)
+    budget = getattr(ctx.backend, "budget", None)  # optimize's or a study cell's clock (llm/budget.py)
     # After other cells' first candidates in a shared pool, and without compiling the reference
     # again: the compile baseline is the task's, measured once by the verified kernel's evaluation
     # (it was 2-5 full evaluations a variant before, on the H200 over half a study's evaluations).

@@ -13,6 +13,7 @@ resumed on a different set of GPUs still skips its finished cells.
     seeds = [0]
     devices = ["cuda:0", "cuda:1"]      # one evaluation worker per device
     max_tokens = 1024
+    cell_minutes = 4                    # optional: no model request after 4 minutes of a cell
     [eval]
     time = true
     trials = 5
@@ -109,6 +110,14 @@ class StudySpec(BaseModel):
     devices: list[str] = Field(default_factory=lambda: ["cpu"])
     target: str | None = None  # cuda | triton | cpp; default: cpp on the CPU, cuda on GPUs
     max_tokens: int = 1024
+    # A clock per cell, in minutes from the cell's start: no model request is made after it (the
+    # regime ends where it stands, with the attempts it made and the pick among them; launch
+    # variants stop too). What a fixed amount of device time can show: without it a search cell
+    # ends when its regime does, and a study of the embedded model on 28 tasks outlasted a device
+    # session (H100, 2026-12-05: 11 of 28 cells ended in 15.7 minutes). It changes what a cell
+    # computes, so it is in the config hash (when set). Wall time: a cell that waits for a shared
+    # model or device gets less done in it, so it is a study's condition, stated in its report.
+    cell_minutes: float | None = None
     eval: EvalSettings = Field(default_factory=EvalSettings)
     # Folder of recorded task facts (strategies.facts.PromptFacts); missing ones are computed and
     # saved there. Default: <out>/facts. Copies of the facts used always land in <out>/facts, so
@@ -195,6 +204,8 @@ class StudySpec(BaseModel):
             raise ValueError(f"unknown executor {self.executor!r}: use {', '.join(EXECUTORS)}")
         if self.jobs < 0 or self.max_tokens < 1 or self.slots < 1:
             raise ValueError("jobs must be >= 0, slots and max_tokens >= 1")
+        if self.cell_minutes is not None and not self.cell_minutes > 0:
+            raise ValueError("cell_minutes must be more than 0 (leave it out for no clock)")
         if self.slots > 1 and self.executor not in ("local", "ray"):
             raise ValueError(f"slots are the local pool's or Ray's; {self.executor} runs one evaluation a thread")
         if self.model_gpu not in ("shared", "own"):
@@ -235,9 +246,16 @@ class StudySpec(BaseModel):
         return parse_regime(regime, **defaults)
 
     def config_hash(self, config: RegimeConfig, model: str) -> str:
-        """Keys a cell: the regime config (seed included), the model, the device kind and the
-        evaluation settings. Not the device index, the job count or the cache folder."""
-        return config.config_hash(model, {"device": self.device_kind, "eval": self.eval.keyed()})
+        """Keys a cell: the regime config (seed included), the model, the device kind, the
+        evaluation settings and the cell's clock. Not the device index, the job count or the cache
+        folder."""
+        return config.config_hash(model, self.keyed_context())
+
+    def keyed_context(self) -> dict[str, Any]:
+        """What besides the regime and the model a cell's key holds (the manifest records it too);
+        the clock only when set, so folders written before it keep their keys."""
+        return {"device": self.device_kind, "eval": self.eval.keyed(),
+                **({"cell_minutes": self.cell_minutes} if self.cell_minutes is not None else {})}
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:12]

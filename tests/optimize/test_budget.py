@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kernelwright.llm.base import BackendError, Completion, GenerationRequest, check_counts, generate_until
-from kernelwright.optimize.budget import Budget, BudgetedBackend, BudgetSpent
+from kernelwright.llm.budget import Budget, BudgetedBackend, BudgetSpent
 
 
 def _c(text: str) -> Completion:

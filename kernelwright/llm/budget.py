@@ -1,4 +1,5 @@
-"""The wall-clock budget of one `optimize` run, and the backend wrapper that enforces it.
+"""A wall-clock budget (one `optimize` run's, one study cell's), and the backend wrapper that
+enforces it.
 
 The regimes already stop early per turn once a candidate is the goal; what they do not know is
 the clock. Rather than thread a deadline through every regime, the model is wrapped: a request
@@ -20,13 +21,14 @@ from kernelwright.llm.base import Backend, Completion, GenerationRequest, genera
 
 
 class BudgetSpent(Exception):
-    """The wall-clock budget ran out before a model request."""
+    """The wall-clock budget ran out before a model request (the message says which budget)."""
 
 
 @dataclass
 class Budget:
     minutes: float
     started: float = field(default_factory=time.monotonic)
+    label: str = "budget"  # whose: "budget" (optimize's), "clock" (a study cell's)
 
     @property
     def deadline(self) -> float:
@@ -43,7 +45,7 @@ class Budget:
 
     def less(self, seconds: float) -> "Budget":
         """The same clock, ending `seconds` earlier (never before it started)."""
-        return Budget(max(0.0, self.minutes - seconds / 60.0), started=self.started)
+        return Budget(max(0.0, self.minutes - seconds / 60.0), started=self.started, label=self.label)
 
 
 class BudgetedBackend:
@@ -55,6 +57,6 @@ class BudgetedBackend:
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
         if self.budget.spent():
-            raise BudgetSpent(f"budget of {self.budget.minutes:g} min spent")
+            raise BudgetSpent(f"{self.budget.label} of {self.budget.minutes:g} min spent")
         # a backend that samples one at a time stops at the deadline with what it has drawn
         return generate_until(self.inner, requests, self.budget.deadline)
