@@ -68,6 +68,7 @@ def _cell(ctx: RunContext, task: Task, config: RegimeConfig, chash: str, started
           stopped: Optional[str] = None) -> Cell:
     best = selection.select(ctx.attempts)
     route = ctx.notes.get("route")
+    stopped = stopped or ctx.notes.get("stopped")  # a clock that ended the regime without raising
     reason = selection.reason(best, len(ctx.attempts))
     return Cell(
         key=ctx.cell_key, task_id=task.id, regime=config.spec, config_hash=chash,

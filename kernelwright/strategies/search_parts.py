@@ -151,7 +151,13 @@ def _tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attemp
     if sc.library_twin is not None and region is not None:
         programs.append(({"skeleton": "library_twin"}, sc.library_twin.program_with(region)))
     for k, (knobs, program) in enumerate(programs):
-        if program is None or (budget is not None and budget.spent()):
+        if budget is not None and budget.spent():
+            # the clock ends the regime here without an exception (the verified kernel stands):
+            # the cell still says what stopped it (Cell.stopped)
+            ctx.notes["stopped"] = f"{budget.label} of {budget.minutes:g} min spent ({len(programs) - k} launch " \
+                                   "variant(s) not timed)"
+            return
+        if program is None:
             return
         sample = first_sample + k
         ctx.progress(Evaluating(turn=turn, sample=sample, n=len(programs)))

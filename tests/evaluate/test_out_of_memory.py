@@ -13,6 +13,7 @@ import pytest
 from kernelwright import device as device_lock
 from kernelwright.evaluate import evaluate
 from kernelwright.evaluate.candidate_load import classify_runtime
+from kernelwright.evaluate.cuda_arena import CudaError
 from kernelwright.records import Verdict
 from kernelwright.tasks import load_task
 from tests.conftest import CANDIDATES, TASKS
@@ -50,7 +51,8 @@ def cfg(fast_cfg, tmp_path, monkeypatch):
 def test_the_classifier_names_allocation_failures():
     for e in (MemoryError(), RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"),
               RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory"),
-              RuntimeError("CUDA error: out of memory")):
+              RuntimeError("CUDA error: out of memory"),
+              CudaError("cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (2)")):  # the driver API's (cuda_arena)
         assert classify_runtime(e)[0] == "out_of_memory", e
     for e in (RuntimeError("index 7 is out of bounds"), ValueError("out of memory")):
         assert classify_runtime(e)[0] == "runtime_error", e

@@ -300,6 +300,28 @@ def test_a_verified_kernel_is_timed_under_its_other_launch_settings(build_cache)
     assert len({a.id for a in logged}) == len(logged)
     assert len(run("search+no_tune+n=1+turns=1")) == 1
 
+    # a clock (optimize's budget, a study cell's) that passes during the first variant: no other
+    # variant is timed, and the cell says the clock stopped it though the regime did not raise
+    from kernelwright.llm.budget import Budget, BudgetedBackend
+
+    clock = Budget(10.0, label="clock")
+
+    class Expiring(Recording):
+        def evaluate(self, task, text, cfg):
+            result = super().evaluate(task, text, cfg)
+            if len(seen) == 2:
+                clock.started -= 3600.0
+            return result
+
+    seen.clear()
+    logged = []
+    cell = run_regime(task, BudgetedBackend(TritonAnswers([answer]), clock),
+                      parse_regime("search+n=1+turns=1", target="triton", seed=0, scaffold=True), cfg,
+                      sink=logged.append, executor=Expiring())
+    assert len(logged) == 2 and cell.verdict.value == "correct"
+    assert cell.stopped == f"clock of 10 min spent ({len(variants) - 1} launch variant(s) not timed)"
+    assert cell.reason.endswith(f"(the run stopped: {cell.stopped})")
+
 
 @pytest.mark.slow  # two evaluations under the Triton interpreter, one of them a GEMM
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
