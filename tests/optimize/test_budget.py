@@ -64,3 +64,15 @@ def test_short_answers_pass_only_with_a_deadline():
         check_counts(req, [[_c("a")]], "b")
     with pytest.raises(BackendError):
         check_counts(req, [[]], "b", until_deadline=True)
+
+
+def test_the_search_leaves_time_for_torch_compile_as_slow_as_it_was_here():
+    from kernelwright.optimize.runner import CLOSING_FIXED_S, CLOSING_S, closing_s
+    from kernelwright.optimize.types import Baseline
+
+    five = Budget(5.0)
+    assert closing_s(five, Baseline()) == CLOSING_S  # no compile time measured: the default
+    assert closing_s(five, Baseline(compile_s=4.0)) == CLOSING_S  # a fast compile (CPU) changes nothing
+    assert closing_s(five, Baseline(compile_s=25.0)) == CLOSING_FIXED_S + 25.0
+    assert closing_s(five, Baseline(compile_s=400.0)) == 50.0  # a sixth of the budget at most
+    assert closing_s(Budget(1.0), Baseline()) == 10.0
