@@ -175,11 +175,45 @@ def _c_scope_rules(scope: Scope, k: int, flag: str, row: bool) -> list[str]:
 
 # ---- Triton ------------------------------------------------------------------------------------
 
+def triton_reads(sc: Scaffold) -> tuple[str, ...]:
+    """The names a Triton region may read: its inputs, y, and a row segment's mask, length and row
+    index. The rest of the kernel around it (pointers, offsets, the block size) is the skeleton's."""
+    seg = sc.segment
+    assert seg is not None
+    return tuple(a.name for a in seg.args) + ("y",) + (("mask", "cols", "row") if seg.kind == SegmentKind.ROW else ())
+
+
+_PYTHON_OK = frozenset({"tl", "triton", "math", "float", "int", "abs", "min", "max", "range", "True", "False", "None"})
+
+
+def skeleton_names_read(sc: Scaffold, region: str) -> list[str]:
+    """The names a Triton region reads that are neither its own (assigned in it), nor what it may
+    read (triton_reads), nor a module or builtin: the skeleton's locals around it (x_ptr, offs,
+    BLOCK, ...). Such a region is right only inside the skeleton it was checked in: a line of a
+    composed region that reads them reads the composed kernel's, which mean something else (H100
+    2026-12-05d: `tl.load(x_ptr + offs, ...)` passed its line's check and broke every composition of
+    an RMSNorm). [] for other languages, and for a region that does not parse (its check says why)."""
+    import ast
+
+    if sc.language != "python" or sc.segment is None:
+        return []
+    try:
+        tree = ast.parse(region)
+    except SyntaxError:
+        return []
+    own = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    # `mask` means the valid lanes in every Triton skeleton (elements or a row's columns), composed
+    # ones included: reading it is harmless, though the grammar leaves it out of elementwise regions
+    allowed = own | set(triton_reads(sc)) | _PYTHON_OK | {"mask"}
+    return sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                   and n.id not in allowed})
+
+
 def _triton(sc: Scaffold) -> str:
     seg = sc.segment
     assert seg is not None
     row = seg.kind == SegmentKind.ROW
-    reads = tuple(a.name for a in seg.args) + ("y",) + (("mask", "cols", "row") if row else ())
+    reads = triton_reads(sc)
     fns = {n: tuple(f"tl.{f}" for f in names) for n, names in TRITON_FUNCTIONS.items()}
     rules = [f'root ::= {lit("```" + sc.language)} "\\n" gap stmts1-0 "```"',
              # Python: one statement a line at column 0 (the splicer dedents; mixed indents would not

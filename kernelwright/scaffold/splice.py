@@ -29,7 +29,19 @@ WHOLE_KERNEL = {"cuda": ("__global__", "#include", "torch::Tensor kw_fused_impl"
 
 def assemble(scaffold: Scaffold, answer: str) -> Assembly:
     region, repairs = extract_region(scaffold, answer)
-    return Assembly(region=region, code=scaffold.program_with(region), repairs=repairs, empty=not region.strip())
+    return Assembly(region=region, code=scaffold.program_with(region), repairs=repairs,
+                    empty=not has_statement(region, scaffold.language))
+
+
+def has_statement(region: str, language: str) -> bool:
+    """Does the region do anything: a comment alone (`# compute y as above`) leaves y as it came in,
+    which a line whose op is nearly the identity (`+ 1e-6`) passes within tolerance, and its
+    composition then fails (H100 2026-12-05d: an RMSNorm's epsilon line)."""
+    if language == "python":
+        code = "\n".join(ln for ln in region.splitlines() if not ln.lstrip().startswith("#"))
+    else:
+        code = re.sub(r"//[^\n]*|/\*.*?\*/", "", region, flags=re.S)
+    return bool(code.strip())
 
 
 def extract_region(scaffold: Scaffold, answer: str) -> tuple[str, list[str]]:

@@ -112,6 +112,8 @@ def _vars(ctx: RunContext, sc: Any) -> dict[str, Any]:
 def _line_samples(ctx: RunContext, sc: Any, target: str, step: Any, comps: list[Completion], tried: set[str],
                   per_sample: float) -> list[Sample]:
     from kernelwright.scaffold import assemble, precheck_many
+    from kernelwright.scaffold.grammar import skeleton_names_read, triton_reads
+    from kernelwright.scaffold.precheck.types import PrecheckResult, PrecheckStatus
 
     samples = []
     for i, comp in enumerate(comps):
@@ -122,7 +124,17 @@ def _line_samples(ctx: RunContext, sc: Any, target: str, step: Any, comps: list[
         s.notes["gen_s"] = per_sample
         samples.append(s)
     search._dedupe(samples, tried)
-    todo = [s for s in search._distinct(samples) if s.region.strip()]
+    todo = []
+    for s in search._distinct(samples):
+        if s.extra["scaffold"]["empty"]:  # nothing but comments: no answer, not a pass of a near-identity line
+            continue
+        foreign = skeleton_names_read(sc, s.region)
+        if foreign:  # right only in its own line's kernel: never composed, and the repair says why
+            s.check = PrecheckResult(status=PrecheckStatus.COMPILE_ERROR, target=target, error=(
+                f"the line reads {', '.join(foreign)}, which belong to the kernel around it; write it on its "
+                f"inputs ({', '.join(n for n in triton_reads(sc) if n not in ('y', 'mask', 'cols', 'row'))}) only"))
+            continue
+        todo.append(s)
     for s, check in zip(todo, precheck_many(step.plan, target, [s.region for s in todo]) if todo else []):
         s.check = check
     return samples

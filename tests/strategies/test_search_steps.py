@@ -144,3 +144,52 @@ def test_a_gemms_epilogue_is_searched_a_line_at_a_time_and_built_in_the_gemm_ske
     [composed] = [a for a in ctx.attempts if a.notes["search"].get("composed")]
     assert "tl.dot" in composed.code
     assert composed.eval.verdict.value == "correct" and composed.eval.custom_kernel
+
+
+class SkeletonReader:
+    """Triton lines: the softplus line read from the kernel's own pointer, the scale line a comment
+    alone, the bias line right."""
+
+    model = "skeleton-reader"
+
+    def __init__(self) -> None:
+        self.requests = []
+
+    def answer(self, request) -> str:
+        prompt = request.messages[1].content
+        if "softplus" in prompt:
+            return "y = tl.load(x_ptr + offs, mask=mask, other=0.0)\ny = tl.log(1.0 + tl.exp(y))"
+        if "y = x * 1.75" in prompt:
+            return "# y is computed as the line above says"
+        return "y = x + channel_bias"
+
+    def generate(self, requests):
+        self.requests += requests
+        return [[Completion(text=f"```python\n{self.answer(r)}\n```", finish_reason="stop", prompt_tokens=10,
+                            completion_tokens=5, latency_s=0.1) for _ in range(r.n)] for r in requests]
+
+
+def test_a_line_that_reads_the_kernels_names_or_only_comments_is_no_pass():
+    """A line is transplanted into the composed kernel, where the skeleton's own names (x_ptr,
+    offs) mean something else: a line that reads them is refused before its pre-check, and the
+    repair says why; a comment alone is no answer (it would pass a near-identity line)."""
+    from kernelwright.evaluate import EvalConfig
+    from kernelwright.strategies.base import RunContext
+    from kernelwright.tasks import load_tasks
+
+    task = next(t for t in load_tasks("builtin") if t.id == TASK)
+    backend = SkeletonReader()
+    ctx = RunContext(task=task, backend=backend,
+                     config=parse_regime("search+n=1+turns=2+no_tune+no_parts", target="triton", scaffold=True),
+                     eval_config=EvalConfig(device="cpu", trials=2, time=False, timeout=300.0), cell_key="k")
+    assert search_steps.run(ctx, n=1, turns=2, temperature=S.DEFAULT_TEMPERATURE) is False
+    by_line = {}
+    for a in ctx.attempts:
+        by_line.setdefault(a.notes["search"]["line"], []).append(a)
+    assert [a.eval.verdict.value for a in by_line[1]] == ["compile_error", "compile_error"]
+    assert "reads offs, x_ptr, which belong to the kernel around it" in by_line[1][0].eval.error
+    assert [a.eval.verdict.value for a in by_line[2]] == ["no_code", "no_code"]
+    assert [a.eval.verdict.value for a in by_line[3]] == ["not_built"]  # passed in turn 0, not asked again
+    # the softplus line's second request shows it why
+    again = [r for r in backend.requests if "softplus" in r.messages[1].content][1]
+    assert "belong to the kernel around it" in again.messages[-1].content
