@@ -192,11 +192,17 @@ def skeleton_names_read(sc: Scaffold, region: str) -> list[str]:
     BLOCK, ...). Such a region is right only inside the skeleton it was checked in: a line of a
     composed region that reads them reads the composed kernel's, which mean something else (H100
     2026-12-05d: `tl.load(x_ptr + offs, ...)` passed its line's check and broke every composition of
-    an RMSNorm). [] for other languages, and for a region that does not parse (its check says why)."""
+    an RMSNorm). C++ and CUDA: the skeleton's pointers (`x_ptr[i]`), which no region's interface
+    has (inputs are read as `x` or `x(j)`); their other names are left to the pre-check. [] for a
+    region that does not parse (its check says why)."""
     import ast
+    import re
 
-    if sc.language != "python" or sc.segment is None:
+    if sc.segment is None:
         return []
+    if sc.language != "python":
+        return sorted(set(re.findall(r"(?<![\w.>:])([A-Za-z_]\w*_ptr)\b", re.sub(r"//[^\n]*|/\*.*?\*/", "", region,
+                                                                                  flags=re.S))))
     try:
         tree = ast.parse(region)
     except SyntaxError:

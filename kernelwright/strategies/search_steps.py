@@ -112,7 +112,7 @@ def _vars(ctx: RunContext, sc: Any) -> dict[str, Any]:
 def _line_samples(ctx: RunContext, sc: Any, target: str, step: Any, comps: list[Completion], tried: set[str],
                   per_sample: float) -> list[Sample]:
     from kernelwright.scaffold import assemble, precheck_many
-    from kernelwright.scaffold.grammar import skeleton_names_read, triton_reads
+    from kernelwright.scaffold.grammar import skeleton_names_read
     from kernelwright.scaffold.precheck.types import PrecheckResult, PrecheckStatus
 
     samples = []
@@ -132,7 +132,7 @@ def _line_samples(ctx: RunContext, sc: Any, target: str, step: Any, comps: list[
         if foreign:  # right only in its own line's kernel: never composed, and the repair says why
             s.check = PrecheckResult(status=PrecheckStatus.COMPILE_ERROR, target=target, error=(
                 f"the line reads {', '.join(foreign)}, which belong to the kernel around it; write it on its "
-                f"inputs ({', '.join(n for n in triton_reads(sc) if n not in ('y', 'mask', 'cols', 'row'))}) only"))
+                f"inputs ({', '.join(a.name for a in sc.segment.args)}) only"))
             continue
         todo.append(s)
     for s, check in zip(todo, precheck_many(step.plan, target, [s.region for s in todo]) if todo else []):

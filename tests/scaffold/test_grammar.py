@@ -218,3 +218,29 @@ def test_a_real_sample_under_the_grammar_is_in_the_language(plans, small_model) 
     [[comp]] = backend.generate([req])
     assert comp.constrained and comp.finish_reason == "stop", comp.text
     assert matches(g, comp.text), comp.text
+
+
+def test_a_region_reading_the_skeletons_own_names_is_found():
+    """What a line may not read once it is moved into a composed kernel: Triton, any name but its
+    inputs, y, mask, a row's cols/row, its own locals, modules and builtins; C++ and CUDA, the
+    skeleton's pointers (comments, members and namespaces aside)."""
+    from kernelwright.scaffold import plan_task, write
+    from kernelwright.scaffold.grammar import skeleton_names_read
+    from kernelwright.scaffold.steps import line_target, split
+    from kernelwright.tasks import load_task
+
+    task = load_task("builtin/L2/09_conv2d_softplus_scale_bias")  # softplus, * 1.75, + channel_bias
+    for target, fine, foreign in (
+            ("triton", ["y = x + channel_bias", "t = tl.where(mask, x, 0.0)\ny = t + channel_bias",
+                        "y = x + float(1) + max(channel_bias, 0.0)"],
+             {"y = tl.load(x_ptr + offs, mask=mask) + channel_bias": ["offs", "x_ptr"],
+              "y = x + channel_bias / BLOCK\nz = pid": ["BLOCK", "pid"]}),
+            ("cpp", ["y = x + channel_bias;", "/* not x_ptr */ y = x + p.q_ptr + channel_bias; // x_ptr"],
+             {"y = static_cast<float>(x_ptr[i]) + channel_bias_ptr[0];": ["channel_bias_ptr", "x_ptr"]})):
+        step = split(plan_task(task).for_target(target))[-1]  # + channel_bias
+        sc = write(step.plan, line_target(step, target))
+        assert [a.name for a in sc.segment.args] == ["x", "channel_bias"]
+        for region in fine:
+            assert skeleton_names_read(sc, region) == [], region
+        for region, names in foreign.items():
+            assert skeleton_names_read(sc, region) == names, region
