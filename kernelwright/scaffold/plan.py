@@ -285,7 +285,7 @@ def _segment(model: nn.Module, gm: fx.GraphModule, cand: _Candidate, info: dict[
                    out_shape=list(out.shape), out_dtype=FLOAT_DTYPES[out.dtype], row_dims=k,
                    rows=main.numel() // max(1, cols) if kind == SegmentKind.ROW else 0,
                    cols=cols if kind == SegmentKind.ROW else 0, per_row_output=per_row, out_keepdim=keepdim,
-                   torch_lines=lines, module_notes=module_notes, op_notes=notes_for(targets))
+                   torch_lines=lines, module_notes=module_notes, op_notes=notes_for(targets, lines + module_notes))
 
 
 def _module_tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:

@@ -7,6 +7,9 @@ names of analysis/ops.py); the region prompt lists the lines for the ops its seg
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+
 DEFINITIONS: dict[str, str] = {
     "relu": "relu(v) = max(v, 0)",
     "relu6": "relu6(v) = min(max(v, 0), 6)",
@@ -23,11 +26,12 @@ DEFINITIONS: dict[str, str] = {
                 "beta=b, threshold=t it is log(1 + exp(b * v)) / b, or v where b * v > t)",
     "hardswish": "hardswish(v) = v * min(max(v + 3, 0), 6) / 6",
     "hardsigmoid": "hardsigmoid(v) = min(max(v + 3, 0), 6) / 6",
-    "hardtanh": "hardtanh(v) = min(max(v, -1), 1) (the default bounds min_val=-1, max_val=1)",
-    "leaky_relu": "leaky_relu(v) = v if v > 0 else 0.01 * v (0.01 is the default negative_slope)",
-    "elu": "elu(v) = v if v > 0 else exp(v) - 1 (the default alpha=1; else alpha * (exp(v) - 1))",
+    # parameters in braces: the values the segment's lines give, else the defaults (PARAMETERS)
+    "hardtanh": "hardtanh(v) = min(max(v, {min_val}), {max_val})",
+    "leaky_relu": "leaky_relu(v) = v if v > 0 else {negative_slope} * v",
+    "elu": "elu(v) = v if v > 0 else {alpha} * (exp(v) - 1)",
     "selu": "selu(v) = 1.0507009873554805 * (v if v > 0 else 1.6732632423543772 * (exp(v) - 1))",
-    "celu": "celu(v) = max(0, v) + min(0, alpha * (exp(v / alpha) - 1))",
+    "celu": "celu(v) = max(0, v) + min(0, {alpha} * (exp(v / {alpha}) - 1))",
     "softsign": "softsign(v) = v / (1 + |v|)",
     "logsigmoid": "logsigmoid(v) = -softplus(-v) = min(v, 0) - log(1 + exp(-|v|))",
     "clamp": "clamp(v, min, max) = min(max(v, min), max); a missing bound is not applied",
@@ -53,10 +57,36 @@ DEFINITIONS: dict[str, str] = {
 }
 
 
-def notes_for(targets: list[str]) -> list[str]:
-    """Definitions for the ops in ``targets`` that need one, each once, in order."""
+# The parameters of a definition and their defaults. A definition that wrote the default's value
+# (`else 0.01 * v`) was copied over the line's own (`negative_slope = 0.1`), and one that named the
+# parameter was copied as an undeclared name: 0 of about 60 answers passed for that line, mostly
+# one or the other (an unseen module, 2026-12-05d). So the definition carries the line's value.
+PARAMETERS: dict[str, dict[str, str]] = {
+    "leaky_relu": {"negative_slope": "0.01"},
+    "elu": {"alpha": "1.0"},
+    "celu": {"alpha": "1.0"},
+    "hardtanh": {"min_val": "-1.0", "max_val": "1.0"},
+}
+_NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+
+
+def _value(param: str, default: str, texts: Sequence[str]) -> str:
+    """The value the lines give `param` (`negative_slope = 0.1`), the default where none does; where
+    they give it several values, its name with the default (the model reads the lines)."""
+    found = {m for text in texts for m in re.findall(rf"(?<![\w.]){param}\s*=\s*{_NUMBER}", text)}
+    if len(found) > 1:
+        return f"{param} (as its line gives it; {default} by default)"
+    return next(iter(found)) if found else default
+
+
+def notes_for(targets: list[str], texts: Sequence[str] = ()) -> list[str]:
+    """Definitions for the ops in ``targets`` that need one, each once, in order; a definition with
+    parameters gets the values ``texts`` (the segment's torch lines and module notes) give them."""
     seen: list[str] = []
     for t in targets:
-        if t in DEFINITIONS and DEFINITIONS[t] not in seen:
-            seen.append(DEFINITIONS[t])
+        if t not in DEFINITIONS:
+            continue
+        note = DEFINITIONS[t].format(**{p: _value(p, d, texts) for p, d in PARAMETERS.get(t, {}).items()})
+        if note not in seen:
+            seen.append(note)
     return seen

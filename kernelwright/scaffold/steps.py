@@ -297,12 +297,12 @@ def _step(plan: ScaffoldPlan, seg: Segment, probes: Probes, k: int, expr: str, l
     if row_task and len(module_held) != sum(1 for a in module_held if a in order):
         return None
     line = f"y = {_rename(expr, inner)}"
+    held_notes = [n for n in seg.module_notes if n.split(" = ", 1)[0] in expr]
     one = seg.model_copy(update={
         "kind": SegmentKind.ROW if row_task else SegmentKind.ELEMENTWISE,
         "nodes": [seg.nodes[k]], "targets": [seg.targets[k]], "args": args, "out_dtype": dtype(k),
-        "torch_lines": [line], "op_notes": notes_for([seg.targets[k]]),
-        "per_row_output": per_row[k] if row_task else False,
-        "module_notes": [n for n in seg.module_notes if n.split(" = ", 1)[0] in expr]})
+        "torch_lines": [line], "op_notes": notes_for([seg.targets[k]], [line, *held_notes]),
+        "per_row_output": per_row[k] if row_task else False, "module_notes": held_notes})
     step_probes = _probes(probes, row, row_task, k, order, inner, locals_, per_row)
     step_plan = plan.model_copy(update={"segment": one, "probes": step_probes, "gemm": None,
                                         "reason": f"line {k + 1} of {len(seg.targets)}: {line}"})

@@ -426,3 +426,38 @@ def test_a_composed_cuda_row_region_compiles(plans, tmp_path) -> None:
         result = evaluate(tasks[task_id], write(plans[task_id], "cuda").program_with(program),
                           EvalConfig(device="cuda", compile_only=True, timeout=900.0, cache_dir=str(tmp_path)))
         assert result.verdict.value == "compiled", (task_id, result.error)
+
+
+def test_a_definition_carries_the_parameter_its_line_gives():
+    """An activation's definition is written with the line's own parameter (a default's value was
+    copied over the line's `negative_slope = 0.1`; a bare parameter name was copied undeclared), the
+    default where the line gives none, and the name where two lines give two values."""
+    from kernelwright.scaffold.semantics import notes_for
+
+    assert notes_for(["leaky_relu"], ["y = torch.nn.functional.leaky_relu(x, negative_slope = 0.1)"]) == [
+        "leaky_relu(v) = v if v > 0 else 0.1 * v"]
+    assert notes_for(["leaky_relu"], ["y = torch.nn.functional.leaky_relu(x)"]) == [
+        "leaky_relu(v) = v if v > 0 else 0.01 * v"]
+    two = notes_for(["leaky_relu", "leaky_relu"], ["a = F.leaky_relu(x, negative_slope = 0.1)",
+                                                   "y = F.leaky_relu(a, negative_slope=0.2)"])
+    assert two == ["leaky_relu(v) = v if v > 0 else negative_slope (as its line gives it; 0.01 by default) * v"]
+    assert notes_for(["hardtanh", "elu", "relu"], ["y = F.hardtanh(x, min_val = -2.0, max_val = 2.0)",
+                                                   "z = F.elu(y, alpha = 0.5)"]) == [
+        "hardtanh(v) = min(max(v, -2.0), 2.0)", "elu(v) = v if v > 0 else 0.5 * (exp(v) - 1)", "relu(v) = max(v, 0)"]
+
+
+def test_a_lines_prompt_shows_its_activations_parameter(tmp_path):
+    """Through the planner: a module's positional slope reaches its line's definition."""
+    from kernelwright.scaffold import plan_task
+    from kernelwright.scaffold.steps import split
+    from kernelwright.tasks import load_task
+
+    path = tmp_path / "leaky.py"
+    path.write_text("import torch\nimport torch.nn.functional as F\n\n"
+                    "class Model(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        return F.leaky_relu(x * 2.0, 0.2)\n\n"
+                    "def get_inputs():\n    return [torch.randn(16, 32)]\n\n"
+                    "def get_init_inputs():\n    return []\n")
+    steps = split(plan_task(load_task(str(path))).for_target("cpp"))
+    leaky = [st for st in steps if "leaky_relu" in st.line]
+    assert leaky and leaky[0].plan.segment.op_notes == ["leaky_relu(v) = v if v > 0 else 0.2 * v"]
