@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from kernelwright.llm.base import Backend, Completion, GenerationRequest, generate_until
 
 
+CLOCK = "clock"  # the label of a study cell's clock (StudySpec.cell_minutes); the report counts its stops
+
+
 class BudgetSpent(Exception):
     """The wall-clock budget ran out before a model request (the message says which budget)."""
 
@@ -28,7 +31,7 @@ class BudgetSpent(Exception):
 class Budget:
     minutes: float
     started: float = field(default_factory=time.monotonic)
-    label: str = "budget"  # whose: "budget" (optimize's), "clock" (a study cell's)
+    label: str = "budget"  # whose: "budget" (optimize's), CLOCK (a study cell's)
 
     @property
     def deadline(self) -> float:
@@ -42,6 +45,11 @@ class Budget:
 
     def spent(self) -> bool:
         return time.monotonic() >= self.deadline
+
+    @property
+    def spent_text(self) -> str:
+        """What a run cut short by this budget records as why (Cell.stopped): "clock of 12 min spent"."""
+        return f"{self.label} of {self.minutes:g} min spent"
 
     def less(self, seconds: float) -> "Budget":
         """The same clock, ending `seconds` earlier (never before it started)."""
@@ -57,6 +65,6 @@ class BudgetedBackend:
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Completion]]:
         if self.budget.spent():
-            raise BudgetSpent(f"{self.budget.label} of {self.budget.minutes:g} min spent")
+            raise BudgetSpent(self.budget.spent_text)
         # a backend that samples one at a time stops at the deadline with what it has drawn
         return generate_until(self.inner, requests, self.budget.deadline)

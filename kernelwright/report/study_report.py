@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelwright.errors import BadInput
+from kernelwright.llm.budget import CLOCK
 from kernelwright.report import figures, metrics, tables
 from kernelwright.report.tables import Table
 from kernelwright.study.log import StudyData, read_study, write_text_atomic
@@ -71,7 +72,7 @@ def _sources(data: StudyData) -> list[str]:
         clocks = sorted({c["cell_minutes"] for c in m.configs.values() if c.get("cell_minutes") is not None})
         if clocks:
             mine = [c for c in data.cells if c.config_hash in m.configs]
-            by_clock = sum(1 for c in mine if (c.stopped or "").startswith("clock of"))
+            by_clock = sum(1 for c in mine if (c.stopped or "").startswith(f"{CLOCK} of"))
             lines.append(f"{folder.name}: a clock of {' / '.join(f'{x:g}' for x in clocks)} min per cell (no model "
                          f"request after it): {by_clock} of {len(mine)} cell(s) stopped by it")
     models = sorted({c.model for c in data.cells if c.model})

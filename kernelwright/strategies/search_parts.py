@@ -154,8 +154,7 @@ def _tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attemp
         if budget is not None and budget.spent():
             # the clock ends the regime here without an exception (the verified kernel stands):
             # the cell still says what stopped it (Cell.stopped)
-            ctx.notes["stopped"] = f"{budget.label} of {budget.minutes:g} min spent ({len(programs) - k} launch " \
-                                   "variant(s) not timed)"
+            ctx.notes["stopped"] = f"{budget.spent_text} ({len(programs) - k} launch variant(s) not timed)"
             return
         if program is None:
             return

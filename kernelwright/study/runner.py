@@ -41,6 +41,7 @@ from kernelwright.evaluate import EvalConfig, GPUUnavailableError
 from kernelwright.events import AttemptDone, CellDone, CellSkipped, CellStarted, EventFn, ExecutorReady
 from kernelwright.executors.base import Executor
 from kernelwright.llm.base import Backend, ServerUnreachable
+from kernelwright.llm.budget import CLOCK, Budget, BudgetedBackend, BudgetSpent
 from kernelwright.llm.coalesce import CoalescingBackend
 from kernelwright.records import Attempt, Cell, Task, Verdict
 from kernelwright.study.log import ATTEMPTS, CELLS, append_record, read_cells, sole_writer
@@ -338,32 +339,22 @@ def plan_jobs(spec: StudySpec, backend: Backend, tasks: Sequence[TaskOrFailure],
                     continue
 
                 def work(device: str, sink, executor: Executor, task=task, config=config, chash=chash) -> Cell:
-                    cfg = spec.eval.to_config(device, spec.cache_dir)
-                    if spec.cell_minutes is None:
-                        return run_regime(task, backend, config, cfg, sink=sink, analysis_provider=facts,
-                                          config_hash=chash, executor=executor)
-                    return _clocked(task, backend, config, cfg, sink, facts, chash, executor, spec.cell_minutes)
+                    # Under the cell's clock (StudySpec.cell_minutes), started now, a model request
+                    # after it raises BudgetSpent, which ends the regime where it stands; the cell is
+                    # then what run_regime hands its cell sink (the attempts made, the pick among
+                    # them, why it stopped), recorded as any other.
+                    model = backend if spec.cell_minutes is None else \
+                        BudgetedBackend(backend, Budget(spec.cell_minutes, label=CLOCK))
+                    ended: list[Cell] = []
+                    try:
+                        return run_regime(task, model, config, spec.eval.to_config(device, spec.cache_dir), sink=sink,
+                                          analysis_provider=facts, config_hash=chash, cell_sink=ended.append,
+                                          executor=executor)
+                    except BudgetSpent:
+                        return ended[-1]
 
                 jobs.append(CellJob(**common, task_hash=task.source_hash, work=work, scaffold=config.scaffold))
     return jobs
-
-
-def _clocked(task: Task, backend: Backend, config, cfg: EvalConfig, sink: Callable[[Attempt], None],
-             facts: Callable[[Task], Any] | None, chash: str, executor: Executor, minutes: float) -> Cell:
-    """The regime under the cell's clock (StudySpec.cell_minutes), started now: its model is wrapped
-    so that a request after the clock raises BudgetSpent, which ends the regime where it stands;
-    the cell is then what run_regime hands its cell sink (the attempts made, the pick among them,
-    the reason saying the clock stopped it), recorded as any other."""
-    from kernelwright.llm.budget import Budget, BudgetedBackend, BudgetSpent
-    from kernelwright.strategies import run_regime
-
-    ended: list[Cell] = []
-    try:
-        return run_regime(task, BudgetedBackend(backend, Budget(minutes, label="clock")), config, cfg,
-                          sink=sink, analysis_provider=facts, config_hash=chash, cell_sink=ended.append,
-                          executor=executor)
-    except BudgetSpent:
-        return ended[-1]
 
 
 def config_records(spec: StudySpec, model: str) -> dict[str, dict[str, Any]]:

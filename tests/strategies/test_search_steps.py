@@ -20,6 +20,7 @@ class ByLine:
     """Answers each request by the torch line its prompt shows; softplus wrong until it is told why."""
 
     model = "by-line"
+    fence = "cpp"
 
     def __init__(self) -> None:
         self.requests = []
@@ -34,7 +35,7 @@ class ByLine:
 
     def generate(self, requests):
         self.requests += requests
-        return [[Completion(text=f"```cpp\n{self.answer(r)}\n```", finish_reason="stop", prompt_tokens=10,
+        return [[Completion(text=f"```{self.fence}\n{self.answer(r)}\n```", finish_reason="stop", prompt_tokens=10,
                             completion_tokens=5, latency_s=0.1) for _ in range(r.n)] for r in requests]
 
 
@@ -146,14 +147,12 @@ def test_a_gemms_epilogue_is_searched_a_line_at_a_time_and_built_in_the_gemm_ske
     assert composed.eval.verdict.value == "correct" and composed.eval.custom_kernel
 
 
-class SkeletonReader:
+class SkeletonReader(ByLine):
     """Triton lines: the softplus line read from the kernel's own pointer, the scale line a comment
     alone, the bias line right."""
 
     model = "skeleton-reader"
-
-    def __init__(self) -> None:
-        self.requests = []
+    fence = "python"
 
     def answer(self, request) -> str:
         prompt = request.messages[1].content
@@ -162,11 +161,6 @@ class SkeletonReader:
         if "y = x * 1.75" in prompt:
             return "# y is computed as the line above says"
         return "y = x + channel_bias"
-
-    def generate(self, requests):
-        self.requests += requests
-        return [[Completion(text=f"```python\n{self.answer(r)}\n```", finish_reason="stop", prompt_tokens=10,
-                            completion_tokens=5, latency_s=0.1) for _ in range(r.n)] for r in requests]
 
 
 def test_a_line_that_reads_the_kernels_names_or_only_comments_is_no_pass():
