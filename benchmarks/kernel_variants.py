@@ -31,7 +31,7 @@ gemm (the Triton GEMM skeleton; its grouped tile order, once the `group` variant
 
 Each variant is timed at warps 4, 8 and 16 (rows; the best is what speed search would keep), at
 blocks 1024 and 2048 by warps 4 and 8 (elementwise) or through its autotune list (GEMM). Results:
-docs/results/h200-2026-12-04b.md and h200-2026-12-04c.md.
+docs/results/sessions/h200-2026-12-04b.md and h200-2026-12-04c.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Shared by benchmarks/precheck_confusion.py (the confusion matrix against the ful
 the pre-check tests (a few real answers of each kind). Sources:
 
 * study logs under docs/results/: attempts.jsonl(.gz) of scaffolded runs (the region is read back
-  from the judged program, between the markers) and the *-regions.jsonl files of the prompt studies;
+  from the judged program, between the markers), also inside the sessions' *.tar.xz archives, and
+  the *-regions.jsonl files of the prompt studies;
 * replay transcripts of scaffolded runs (tests/fixtures/transcripts/*_scaffold.jsonl), spliced with
   today's splicer (the task is the one whose kernel the prompt shows);
 * fresh samples of the embedded model (benchmarks/precheck_fresh.py: docs/results/precheck-confusion/fresh.jsonl);
@@ -19,8 +20,10 @@ Answers are deduplicated per (task, target, region text).
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import re
+import tarfile
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -42,9 +45,24 @@ class RegionAnswer(BaseModel):
 def _rows(path: Path) -> Iterator[dict]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
+        yield from _json_lines(f)
+
+
+def _json_lines(lines) -> Iterator[dict]:
+    for line in lines:
+        if line.strip():
+            yield json.loads(line)
+
+
+def _archived_attempts(archive: Path) -> Iterator[tuple[str, list[dict]]]:
+    """The attempts.jsonl(.gz) logs inside a session's archive: (archive/member, rows)."""
+    with tarfile.open(archive, "r:xz") as tar:
+        for member in tar.getmembers():
+            name = Path(member.name).name
+            if member.isfile() and name in ("attempts.jsonl", "attempts.jsonl.gz"):
+                data = tar.extractfile(member).read()  # type: ignore[union-attr]
+                text = gzip.decompress(data).decode() if name.endswith(".gz") else data.decode()
+                yield f"{archive.relative_to(ROOT)}/{member.name}", list(_json_lines(io.StringIO(text)))
 
 
 def region_between_markers(code: str) -> Optional[str]:
@@ -60,15 +78,15 @@ def target_of(code: str) -> str:
     return "triton" if "@triton.jit" in code else "cuda" if "cuda_sources" in code else "cpp"
 
 
-def _from_attempts(path: Path) -> Iterator[RegionAnswer]:
-    for r in _rows(path):
+def _from_attempts(rows, source: str) -> Iterator[RegionAnswer]:
+    for r in rows:
         code = r.get("code") or ""
         region = region_between_markers(code)
         if region is None or not r.get("task_id"):
             continue
         verdict = (r.get("eval") or {}).get("verdict")
         yield RegionAnswer(task_id=r["task_id"], target=target_of(code), region=region,
-                           source=str(path.relative_to(ROOT)), recorded_verdict=verdict)
+                           source=source, recorded_verdict=verdict)
 
 
 def _from_region_logs(path: Path) -> Iterator[RegionAnswer]:
@@ -106,7 +124,10 @@ def recorded(plans: dict[str, ScaffoldPlan]) -> list[RegionAnswer]:
     scaffolds = {(tid, tg): write(p, tg) for tid, p in plans.items() if p.available for tg in ("cpp", "cuda", "triton")}
     found: list[RegionAnswer] = []
     for path in sorted((ROOT / "docs" / "results").rglob("attempts.jsonl*")):
-        found += _from_attempts(path)
+        found += _from_attempts(_rows(path), str(path.relative_to(ROOT)))
+    for archive in sorted((ROOT / "docs" / "results").rglob("*.tar.xz")):
+        for source, rows in _archived_attempts(archive):
+            found += _from_attempts(rows, source)
     for path in sorted((ROOT / "docs" / "results").rglob("*-regions.jsonl")):
         found += _from_region_logs(path)
     for path in sorted((ROOT / "tests" / "fixtures" / "transcripts").glob("*_scaffold.jsonl")):

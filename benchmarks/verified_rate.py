@@ -10,7 +10,7 @@ A study cut short (the machine taken away) has cells that never ended: `tasks ve
 tasks with a verified attempt whether or not their cell ended, and its wall time ends at the last
 attempt the study logged (`recorded_at`), or at `--until` for logs older than that stamp.
 
-    python benchmarks/verified_rate.py docs/results/h200-2026-12-03c/cpp-zero_shot docs/results/h200-2026-12-03c/cpp-search
+    python benchmarks/verified_rate.py docs/results/sessions/h200-2026-12-03c/cpp-zero_shot docs/results/sessions/h200-2026-12-03c/cpp-search
 """
 
 from __future__ import annotations
