@@ -21,7 +21,7 @@ plans before it evaluates anything). `waited` says how long the last acquisition
 
 Waiting for the exclusive hold is first come, first served against later shared requests: flock
 alone prefers readers, so a stream of overlapping correctness runs (two studies on one GPU) kept a
-timing waiting until its evaluation timed out (H200, 2026-12-02). A gate file beside the lock
+timing waiting until its evaluation timed out (seen on an H200). A gate file beside the lock
 (`<lock>.gate`) is taken exclusively by every acquirer only while it waits: a timing waiting for
 the lock holds the gate, so a later shared request queues behind it instead of slipping past.
 

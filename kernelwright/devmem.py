@@ -1,4 +1,4 @@
-"""Device memory as the driver counts it, and GPU work admitted by it (issue #19).
+"""Device memory as the driver counts it, and GPU work admitted by it.
 
 Three parts, each passed in where it is used, so a test can stand in for the driver (there is no
 GPU on the development machine) while everything else stays real:

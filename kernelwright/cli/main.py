@@ -40,9 +40,8 @@ def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what 
     # Which model runs where is said in one line, always: a default that silently downloads or
     # picks an engine would surprise.
     logging.getLogger("kernelwright.llm.registry").setLevel(logging.INFO)
-    # the embedded model's assembly (1.1 GB from PyPI chunks, about 40 s) and its one-time sha256
-    # check say what they are doing, part by part, rather than a silent wait
-    logging.getLogger("kernelwright.llm.local_model").setLevel(logging.INFO)
+    # The embedded model's assembly (1.1 GB, about 40 s) shows one progress bar of its own
+    # (llm/local_model.py); its sources and parts are logged only with -v.
 
 
 @app.command("version")
@@ -170,7 +169,7 @@ _register_optimize_command()
 
 @app.command("run")
 def run_cmd(
-    regime: str = typer.Option("routed", "--regime", "-r", help="zero_shot | guided | iterative | agentic | routed, with +ablations (e.g. agentic+no_retrieval+n=2)."),
+    regime: str = typer.Option("routed", "--regime", "-r", help="zero_shot | guided | iterative | agentic | routed | search, with +ablations (e.g. agentic+no_retrieval+n=2)."),
     task: str = typer.Option(..., "--task", "-t", help="A task file, a built-in task id/name, or a spec selecting one task."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model spec (see docs/backends.md); default: the embedded 1.5B model."),
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N (where candidates are evaluated)."),

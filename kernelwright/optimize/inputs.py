@@ -142,7 +142,7 @@ def gpu_default_target(task: Task, device: str, scaffold: bool) -> tuple[str, st
     the scaffold takes into one kernel with what follows it (only Triton has that skeleton:
     scaffold.types.GEMM_TARGETS), else CUDA. CUDA's skeleton leaves the GEMM to the library and fuses
     the epilogue after it, which is what torch.compile does too: on the H200 such a kernel tied it
-    (2026-12-04: 1.00x), where the fused Triton GEMM ran 1.35x torch.compile through the judge.
+    (1.00x), where the fused Triton GEMM ran 1.35x torch.compile through the judge (results/optimize-h200.md).
     The plan is the one the run's scaffold uses (cached: planned once)."""
     import importlib.util
 

@@ -39,7 +39,7 @@ LATER_ROUND_TEMPERATURE = 0.7
 MIN_BASELINE_S = 30.0
 # The budget's end kept for timing torch.compile beside the kept candidate (_beside_compile): an
 # evaluation's fixed cost plus torch.compile's own, which the baselines measured (Baseline.compile_s).
-# CPU: the evaluation took 10-15 s; H100 2026-12-05d, a 4096 x 4096 GEMM module: 33 s.
+# CPU: the evaluation took 10-15 s; on an H100, a 4096 x 4096 GEMM module: 33 s.
 CLOSING_S = 30.0
 CLOSING_FIXED_S = 15.0
 logger = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ def _beside_compile(task: Task, attempts: list[Attempt], eval_cfg, budget: Budge
     judge, under the evaluator's own protocol (cold caches, fresh inputs, copies in and out): the
     ratio a user would see. Chaining the baselines' torch.compile / eager (one warm process) with the
     judge's speedup mixes two protocols: on the CPU a memory-bound kernel 20x eager in a warm process
-    (0.17 ms, torch.compile 0.36) was reported at 0.2x torch.compile (2026-12-05c). None where
+    (0.17 ms, torch.compile 0.36) was reported at 0.2x torch.compile. None where
     nothing correct was kept, the run is not timed, or the budget is spent (the search leaves it
     closing_s: CLOSING_S or torch.compile's own time and more, a sixth of a short budget at most)."""
     from dataclasses import replace

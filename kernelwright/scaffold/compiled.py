@@ -21,7 +21,7 @@ def float_literals(code: str) -> str:
     A literal is a double in C++, and one double operand makes the whole expression double: the
     model's `0.5 * v * (1.0 + erff(v * 0.7071067811865476))` ran its vectorised loop in double
     precision, half the lanes and conversions both ways (a bias + GELU of 16K floats, AVX-512: 15.4
-    us against 9.5 us with float literals, eager's add and GELU 10.5 us; 2026-12-04e). The
+    us against 9.5 us with float literals, eager's add and GELU 10.5 us). The
     reference computes in float32 (PyTorch's opmath for float, half and bfloat16 tensors), so the
     region's arithmetic is the reference's precision either way; a variable the model declares
     `double` stays double."""
@@ -45,7 +45,7 @@ _J_AS_INDEX = re.compile(r"(?<=[(\[])\s*j\s*(?=[)\]])")
 # The block-strided loop, narrowed, and the same loop counted: each thread's trip count worked out
 # once (cols is at most 2^31 - 1025, so the sum cannot overflow), which lets nvcc unroll it (by 4-16)
 # and drop the bound check between the unrolled elements. The strided form's trip count depends on
-# a runtime step the compiler does not solve for (SASS of the H200 build, 2026-12-05: the softmax's
+# a runtime step the compiler does not solve for (SASS of the H200 build: the softmax's
 # passes 6/12/19 -> 3.7/10.2/15.0 instructions an element; `#pragma unroll` on the strided form kept
 # a check and a branch an element). Same j, same order, same body: a `continue` still steps j.
 _STRIDED = re.compile(r"\bfor\s*\(\s*int\s+j\s*=\s*threadIdx\.x\s*;\s*j\s*<\s*cols\s*;\s*j\s*\+=\s*blockDim\.x\s*\)")
@@ -56,8 +56,8 @@ _COUNTED = ("for (int j = threadIdx.x, kw_left = cols > (int)threadIdx.x ? (cols
 def narrow_row_loops(region: str) -> str:
     """A CUDA row region's column loops with a 32-bit `j`, where the region uses `j` only as an
     index (the kernel's `cols` is a 32-bit int, checked on the host to leave a stride's room):
-    a 64-bit j costs 3 of the 7 instructions each element pays for its loop (SASS, H200 build,
-    2026-12-05: softmax's passes 9, 19 and 37 instructions an element). Any other use of j (in
+    a 64-bit j costs 3 of the 7 instructions each element pays for its loop (SASS, H200 build:
+    softmax's passes 9, 19 and 37 instructions an element). Any other use of j (in
     arithmetic, where 32 bits could overflow) leaves the region as written. The block-strided loops
     then run counted (_COUNTED), on the same line, so a compiler error's line is the region's."""
     if not (_ROW_LOOP.search(region) or _STRIDED.search(region)):
@@ -87,12 +87,12 @@ def simd_min_max(region: str) -> str:
     """A C++ row region's min/max loops over the row, computed in LANES partial results: GCC
     vectorises a sum over the row on its own (-fassociative-math) but not a max through the
     comparison and select that keep C's NaN rule (the kernel's fmaxf), and the row's max pass,
-    scalar, took 23 of a log_softmax's 39 us (32 x 1500 fp32, one thread; 2026-12-05). Each lane
+    scalar, took 23 of a log_softmax's 39 us (32 x 1500 fp32, one thread). Each lane
     `k` folds the values at j = k, k + LANES, ... (an `omp simd` loop: no lane reads another), the
     tail too (lane k takes the tail's k-th value: run scalar, one dependent select a value, the 40
     left of a 1000-value row cost about what its 15 full blocks did), then the lanes fold into m
     one by one (folded in halves, 32 + 16 + ... + 1 in vector loops, a softmax over rows of 128
-    ran 10-15% slower: 64 x 128, 2026-12-05). The kernel's fmaxf/fminf are commutative and associative
+    ran 10-15% slower: 64 x 128). The kernel's fmaxf/fminf are commutative and associative
     over the values (NaNs ignored, as C's are; -fno-signed-zeros), so any order gives the result
     the loop would. Stand-alone (1500 floats a row, AVX-512): 0.41 ns an element scalar, 0.066 in
     lanes; an OpenMP user reduction (`declare reduction` + `omp simd reduction`) took 0.15.
@@ -115,7 +115,7 @@ def simd_min_max(region: str) -> str:
         # fmaxf/fminf take and give floats: every step of the loop rounds m to a float, so float lanes
         # give the loop's result, at twice a double lane's width (a row task's answer is widened to
         # double, `steps._wide`: its max pass in double lanes cost a composed softmax 0.78x -> 0.99x
-        # eager, 64 x 1000, 2026-12-05)
+        # eager, 64 x 1000)
         acc = "float" if f in ("fmaxf", "fminf") else f"decltype({v})"
         text = (f"{{ {acc} kw_acc[{LANES}]; for (int kw_k = 0; kw_k < {LANES}; ++kw_k) kw_acc[kw_k] = NAN; "
                 f"int64_t kw_j = {m.group('start')}; for (; kw_j + {LANES} <= cols; kw_j += {LANES}) {{ _Pragma(\"omp simd\") "
@@ -149,7 +149,7 @@ def tritons_exp(region: str) -> str:
     baseline a user compares with): `__expf`, `ex2.approx.f32` of x * log2(e) (read in Triton 3.6's
     PTX), within 2 + 1.2|x| ulp, far inside the judge's fp32 tolerance (1e-4). IEEE expf cost the
     CUDA softmax's passes 16 and 35 instructions an element, __expf with Triton's division 12 and
-    19 (SASS of the H200 build, 2026-12-05). The pre-check computes expf in full precision (its
+    19 (SASS of the H200 build). The pre-check computes expf in full precision (its
     shim's __expf is expf): the judge, on the device, is what sees these numerics."""
     return _EXPF.sub("__expf", region)
 

@@ -3,7 +3,7 @@
 Written a line at a time (steps.py), the 1.5B model still failed where one line is a whole
 definition: softplus (a `tl.where` on the wrong value, `log(1 + exp(v))` that overflows), mish
 (`tl.tanh(tl.softplus(x))`, names Triton does not have), GELU's tanh form, softmax and LayerNorm as
-one row task (on the H200 host, 2026-12-03: gelu_tanh, softmax, layer_norm and layernorm_silu were
+one row task (on the H200 host, gelu_tanh, softmax, layer_norm and layernorm_silu were
 4 of the 5 C++ tasks search did not solve). Each line of their definitions is an op it writes
 right alone: `exp(-|v|)`, `log1p(v)`, a row's max, a row's sum.
 
@@ -26,7 +26,7 @@ from kernelwright.scaffold.steps import fill
 from kernelwright.scaffold.types import StepPart
 
 # torch text over {a} (the op's input) and {p1}, {p2}, ... (the parts before); the last is the op.
-# One op a line: on the H200 (2026-12-03b) parts of two ops were the lines the model did not write
+# One op a line: on the H200 parts of two ops were the lines the model did not write
 # in 32 answers, each time dropping one op (`clamp(x + 3, 0, 6)` without its `+ 3`, `relu(x) + v2`
 # without the relu, `0.5 * x * (1 + v2)` without the 0.5), where lines of one op passed.
 # softplus(v) = max(v, 0) + log1p(exp(-|v|)): equal to log(1 + exp(v)) and never overflows, and

@@ -15,7 +15,7 @@ matmul default is fp32 too). The launcher splits A and B once into TF32-rounded 
 tensor cores read TF32), and each K step sums tail x head + head x tail + head x head on the tensor
 cores into a fresh partial, added to the fp32 accumulator: chained across the whole K loop instead,
 the tensor cores' own accumulation was 10-14 times cuBLAS's error (benchmarks/gemm_products.py,
-H200, 2026-12-04). Per step, about five times closer to the float64 product than cuBLAS's fp32 GEMM
+on the H200). Per step, about five times closer to the float64 product than cuBLAS's fp32 GEMM
 and 1.8x faster. It does not round like cuBLAS, so on a long K some outputs differ from the fp32
 reference by more than 1e-4: the evaluator then judges them against the reference run in float64
 (measure/compare.py, `as_accurate`), where a TF32 pass fails by 70-230 times. The other products
@@ -309,10 +309,10 @@ def _launcher(seg: Segment, products: str = "") -> str:
                   f"    kw_b, kw_b_tail = kw_split({b3}.transpose(1, 2))"]
         operands, strides = ["kw_a", "kw_a_tail", "kw_b", "kw_b_tail"], ""
     else:
-        # H200, 2026-12-03: the fp32 skeletons that read B transposed (nn.Linear's W^T) ran at
+        # On the H200 the fp32 skeletons that read B transposed (nn.Linear's W^T) ran at
         # 0.47-0.64x eager, the row-major lone matmul at 0.86x; a row-major copy costs one pass
-        # over the operand, small beside the GEMM's K passes (with it, 2026-12-03b: 0.88-0.96x eager,
-        # docs/results/h200-2026-12-03b.md)
+        # over the operand, small beside the GEMM's K passes (with it: 0.88-0.96x eager,
+        # docs/results/skeleton-speed-h200.md)
         lines += ["    if kw_a.stride(-1) != 1:",
                   "        kw_a = kw_a.contiguous()  # tile loads along rows: a row-major copy",
                   "    if kw_b.stride(-1) != 1:",
@@ -351,7 +351,7 @@ def variables(seg: Segment) -> list[str]:
 
 def gemm_view(kernel: str, seg: Segment) -> str:
     """The GEMM kernel as the model is shown it: the autotuning and the loop over K abridged to what
-    they leave behind (H200, 2026-12-03: shown whole, 3 of 5 epilogue answers were `y = x`)."""
+    they leave behind (on the H200, shown whole, 3 of 5 epilogue answers were `y = x`)."""
     spec = seg.gemm
     assert spec is not None
     # the accumulator is not named: a first view that said "in kw_acc" and kept `x = kw_acc` drew 7 of

@@ -190,8 +190,8 @@ def skeleton_names_read(sc: Scaffold, region: str) -> list[str]:
     """The names a Triton region reads that are neither its own (assigned in it), nor what it may
     read (triton_reads), nor a module or builtin: the skeleton's locals around it (x_ptr, offs,
     BLOCK, ...). Such a region is right only inside the skeleton it was checked in: a line of a
-    composed region that reads them reads the composed kernel's, which mean something else (H100
-    2026-12-05d: `tl.load(x_ptr + offs, ...)` passed its line's check and broke every composition of
+    composed region that reads them reads the composed kernel's, which mean something else (on an
+    H100, `tl.load(x_ptr + offs, ...)` passed its line's check and broke every composition of
     an RMSNorm). C++ and CUDA: the skeleton's pointers (`x_ptr[i]`), which no region's interface
     has (inputs are read as `x` or `x(j)`); their other names are left to the pre-check. [] for a
     region that does not parse (its check says why)."""

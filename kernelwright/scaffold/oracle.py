@@ -177,7 +177,7 @@ def _ops(em: Emitter) -> tuple[Any, Any]:
         e = Sym(em, em.fn("exp", f"({v.expr} - {m.expr})"))
         if em.target == "cpp" and em.seg.out_dtype == "float32" and not em.y_in_use:
             # each exp once, kept in the output row by the sum's pass (what PyTorch's CPU softmax
-            # does): recomputed in the division's pass, it ran at 0.78x eager (64 x 1000, 2026-12-05)
+            # does): recomputed in the division's pass, it ran at 0.78x eager (64 x 1000)
             em.y_in_use = True
             r = local_name(next(em.counter))
             em.lines += [f"float {r} = 0.0f;",

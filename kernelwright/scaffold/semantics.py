@@ -60,7 +60,7 @@ DEFINITIONS: dict[str, str] = {
 # The parameters of a definition and their defaults. A definition that wrote the default's value
 # (`else 0.01 * v`) was copied over the line's own (`negative_slope = 0.1`), and one that named the
 # parameter was copied as an undeclared name: 0 of about 60 answers passed for that line, mostly
-# one or the other (an unseen module, 2026-12-05d). So the definition carries the line's value.
+# one or the other (an unseen module, docs/results/optimize-cpu.md). So the definition carries the line's value.
 PARAMETERS: dict[str, dict[str, str]] = {
     "leaky_relu": {"negative_slope": "0.01"},
     "elu": {"alpha": "1.0"},

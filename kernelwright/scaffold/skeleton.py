@@ -37,7 +37,7 @@ TRITON_BLOCK = 1024
 # name (a word -> (C++ name, CUDA name)). Listing all of them made the 1.5B model call them one after
 # another in 11 of 27 regions (docs/results/scaffold-math-line-cpu.md); the list of what is needed
 # did that in none. Triton likewise (TRITON_NEEDS): its whole line ended with the rule for tanh,
-# and on the H200 (2026-12-03) the model answered lines without a tanh (mish's softplus, softplus)
+# and on the H200 the model answered lines without a tanh (mish's softplus, softplus)
 # with that rule's `2 * tl.sigmoid(2 * x) - 1`.
 C_MATH = {
     "exp": ("std::exp", "expf"), "log": ("std::log", "logf"), "log1p": ("std::log1p", "log1pf"),
@@ -137,7 +137,7 @@ def default_launch(seg: Segment, target: str) -> dict[str, int]:
         if seg.kind == SegmentKind.ELEMENTWISE:
             return {"threads": ELEMENTWISE_THREADS}
         # about 16 values a thread: the best of the measured launches for rows of 4096-8192 values
-        # (H200, 2026-12-04: LayerNorm, RMSNorm, row mean, L2/07 at 256 threads for 4096, 512 for 8192;
+        # (H200: LayerNorm, RMSNorm, row mean, L2/07 at 256 threads for 4096, 512 for 8192;
         # at 8 values a thread, 512 for 4096, LayerNorm took 0.24 ms where 256 threads took 0.18)
         return {"threads": min(1024, max(128, _pow2_at_least(max(1, seg.cols) // 16))), "stage": 1}
     if target == "triton":
@@ -271,7 +271,7 @@ def _variables(seg: Segment, target: str) -> list[str]:
                      "`for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)`")
     elif target == "cpp":
         # without it the 1.5B model summed a row of 12544 values as `x(0) + x(1) + ... + x(63)` or
-        # `y += x(0); y += x(1); // ...` (H200, 2026-12-03b: 0 of 32 for a mean over dims (2, 3))
+        # `y += x(0); y += x(1); // ...` (H200: 0 of 32 for a mean over dims (2, 3))
         lines.append("loop over the row: `for (int64_t j = 0; j < cols; ++j)`")
     if seg.per_row_output:
         lines.append({"cuda": "`y` (a float, already 0): assign the row's one result to it; thread 0's y is stored "
@@ -503,7 +503,7 @@ __device__ __forceinline__ void kw_store4(T* __restrict__ p, int64_t base, int64
 // Montgomery's method): the divisor's magic number is found once on the host (kw_divider_of, an
 // argument of the kernel), for dividends and divisors below 2^31. A division by a runtime value
 // is about twenty instructions on the GPU, and the elementwise kernel did two per broadcast input
-// for every four elements (H200, 2026-12-04c, Nsight Compute: a channel affine over three inputs,
+// for every four elements (H200, Nsight Compute: a channel affine over three inputs,
 // 94 instructions an element, issue-bound at 0.56 of copy bandwidth; Triton's 40, Inductor's 12).
 struct KwDiv { uint32_t d, m, s; };  // d == 0: no magic (a divisor or dividend past 31 bits)
 __host__ __device__ inline KwDiv kw_divider_of(int64_t d) {
@@ -584,7 +584,7 @@ __device__ __forceinline__ void kw_bcast_load4(const T* __restrict__ p, int64_t 
 // (inner 1, span a multiple of cols); the wrapper lays any other pattern out like x (_kw_bcast). The
 // accessor is then a multiply-add and a load: a choice among three ways a value, the third a
 // division, made a LayerNorm's last pass over its row a loop of several hundred instructions (H200,
-// 2026-12-04c, Nsight Compute: the CUDA LayerNorm 82 instructions an element, Triton's 13).
+// Nsight Compute: the CUDA LayerNorm 82 instructions an element, Triton's 13).
 template <typename T>
 __device__ __forceinline__ const T* kw_row_vec(const T* p, int64_t row, int64_t cols, int64_t inner, int64_t span,
                                                int64_t& step) {
@@ -608,7 +608,7 @@ __device__ __forceinline__ T* kw_stage_slot(float* base, int64_t& off, int64_t c
 // time as they are, so a region that reads the row several times (max, sum, normalise) reads
 // memory once. Up to four 16-byte loads in flight per thread before their stores, the last round
 // predicated: a long row's block has its SM to itself or nearly (its shared memory), and one load
-// at a time kept too few bytes in flight for the memory's bandwidth (H200, 2026-12-04: a softmax
+// at a time kept too few bytes in flight for the memory's bandwidth (H200: a softmax
 // over rows of 32768 at 0.48 of copy bandwidth, Triton's at 0.98); a short row (8 KB of bf16 over
 // 256 threads: two loads each) went through the one-at-a-time tail whole.
 template <typename T>
@@ -781,7 +781,7 @@ def cuda_view(seg: Segment) -> str:
     """The CUDA kernel as the model is shown it: one element a thread (elementwise) or one block a
     row reading its inputs straight from memory, with the names the region sees and nothing else.
     The program's kernel (`cuda_kernel`) runs the same region under the same names inside launch
-    machinery a small model copies into its answer when shown it (H200, 2026-12-03: 4 of 14
+    machinery a small model copies into its answer when shown it (H200: 4 of 14
     elementwise answers assigned the vector loop's `kw_res[kw_k]` instead of `y`, leaving y = x)."""
     params = ",\n    ".join(_c_params(seg))
     t = C_TYPES[seg.out_dtype]
@@ -905,7 +905,7 @@ def cpp_kernel(seg: Segment) -> tuple[str, str]:
         # rows in parallel from PyTorch's own grain (at::internal::GRAIN_SIZE, 32768 values), as its
         # softmax and norms split rows: a row region's passes are several times an elementwise op's
         # work, and at 64 x 1000 eager's softmax ran on both cores while the kernel ran on one
-        # (0.016 against 0.039 ms; 0.024 in parallel, 2026-12-05). The view keeps what it showed.
+        # (0.016 against 0.039 ms; 0.024 in parallel). The view keeps what it showed.
         loop = (f"    #pragma omp parallel for if (rows * cols > {CPP_ROW_PARALLEL_MIN})\n"
                 "    for (int64_t row = 0; row < rows; ++row) {\n"
                 f"{body}"
@@ -973,7 +973,7 @@ def _cpp(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
 # vectorised loop. <math.h> declares them so only under -ffast-math, which would also drop NaN and
 # infinity semantics the references keep. The example's fused bias + GELU on the 2-core CPU
 # (16K floats, AVX-512), the extension's call: 94 us with a scalar erff and a division an element,
-# 20 us vectorised, 9.5 us with float literals too (eager's add and GELU: 10.5 us; 2026-12-04e).
+# 20 us vectorised, 9.5 us with float literals too (eager's add and GELU: 10.5 us).
 _LIBMVEC = ("sin", "cos", "exp", "log", "pow", "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "cbrt",
             "cosh", "erf", "erfc", "exp10", "exp2", "expm1", "hypot", "log10", "log1p", "log2", "sinh", "tan", "tanh")
 _TWO_ARGS = ("pow", "atan2", "hypot")
@@ -1118,7 +1118,7 @@ def triton_kernel(seg: Segment, shown: bool = False) -> tuple[str, str]:
     modes = "" if shown else "".join(f", {a.name}_MODE: tl.constexpr = 2" for a in seg.args if a.pattern == "broadcast")
     helper = TRITON_ROW_AT if modes else ""
     # the row's length a compile-time constant, as Inductor compiles a shape: the mask, the row's
-    # offsets and `/ cols` fold (one build per row length; a module has one). H200, 2026-12-04,
+    # offsets and `/ cols` fold (one build per row length; a module has one). On the H200,
     # device time at each kernel's best warps: log_softmax 0.545 -> 0.404 ms (1.11x -> 1.49x
     # torch.compile), softmax, LayerNorm, RMSNorm and row max within 1% either way
     return (f"{helper}@triton.jit\n"
@@ -1152,7 +1152,7 @@ def _triton(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
                     for a in seg.args if a.pattern == "broadcast" and seg.kind == SegmentKind.ROW)
     launch = launch.replace("{modes}", modes)
     # a per-row y starts as a scalar of the right type so that an empty region compiles; shown, the
-    # line was the answer (H200, 2026-12-03: 6 of 13 row answers were `y = tl.sum(x * 0.0, axis=0)`)
+    # line was the answer (H200: 6 of 13 row answers were `y = tl.sum(x * 0.0, axis=0)`)
     view = triton_kernel(seg, shown=True)[0]
     view = view.replace(ROW_Y_INIT, "") if seg.per_row_output else view
     kernel_prog, kernel_view = _marked(kernel, indent, "#", view)

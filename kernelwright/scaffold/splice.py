@@ -36,7 +36,7 @@ def assemble(scaffold: Scaffold, answer: str) -> Assembly:
 def has_statement(region: str, language: str) -> bool:
     """Does the region do anything: a comment alone (`# compute y as above`) leaves y as it came in,
     which a line whose op is nearly the identity (`+ 1e-6`) passes within tolerance, and its
-    composition then fails (H100 2026-12-05d: an RMSNorm's epsilon line)."""
+    composition then fails (an RMSNorm's epsilon line did that)."""
     if language == "python":
         code = "\n".join(ln for ln in region.splitlines() if not ln.lstrip().startswith("#"))
     else:

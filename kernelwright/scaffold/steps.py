@@ -90,8 +90,8 @@ def line_target(step: Step, target: str) -> str:
     """The language a line's task is written and checked in. CUDA's row tasks are C++ loops over
     the row (the C++ row kernel's task), run by one thread of the block in the composition: all
     32 of the 1.5B model's answers for row_sum failed at the block's reduction (the strided loop
-    without block_sum, block_sum on the row's accessor or on nothing; H200, 2026-12-03), where its
-    C++ row loops pass (22 of 27 C++ cells correct the same day)."""
+    without block_sum, block_sum on the row's accessor or on nothing; on the H200), where its
+    C++ row loops pass (22 of 27 C++ cells correct in the same study)."""
     return "cpp" if target == "cuda" and step.row_task else target
 
 
@@ -107,15 +107,15 @@ def split(plan: ScaffoldPlan, parts: bool = True) -> list[Step]:
     composition cannot hold (below). ``parts``: a composite op's line is the lines of its
     definition where the planning child split it (decompose.py); else one line."""
     # a GEMM's region is its epilogue, split as an elementwise segment's on the epilogue's probes and
-    # composed into the GEMM skeleton (H200, 2026-12-05: whole-region samples found no correct
+    # composed into the GEMM skeleton (on the H200, whole-region samples found no correct
     # Linear epilogue in 11 minutes, L2/01 23 wrong of 32)
     seg, probes = (plan.segment.epilogue() if plan.segment is not None else None), plan.probes
     if seg is None or probes is None or seg.kind not in (SegmentKind.ELEMENTWISE, SegmentKind.ROW):
         return []
     row = seg.kind == SegmentKind.ROW
     body, last = seg.torch_lines[:-1], seg.torch_lines[-1] if seg.torch_lines else ""
-    # a lone GEMM's epilogue has no line (`y = x`): nothing to write a line at a time (H100,
-    # 2026-12-05: the matmul's search cell failed on names[-1] before its first sample)
+    # a lone GEMM's epilogue has no line (`y = x`): nothing to write a line at a time (a
+    # lone matmul's search cell otherwise fails on names[-1] before its first sample)
     if not body or len(body) != len(probes.steps) or len(seg.targets) != len(body) \
             or not all(probes.steps) or not last.startswith("y = "):
         return []
@@ -338,7 +338,7 @@ def _probes(probes: Probes, row: bool, row_task: bool, k: int, order: list[str],
 
 # An elementwise line of a row is checked on at most this many of the probe rows' elements: every
 # column of a long row is no more evidence about one element's math, and 6 rows of 50304 columns ran
-# past the pre-check's time limit on the H200 host (2026-12-03b: log_softmax's `y = x - v1`, right,
+# past the pre-check's time limit on the H200 host (log_softmax's `y = x - v1`, right,
 # a runtime error in all 5 distinct answers).
 LINE_ELEMENTS = 4096
 
@@ -482,7 +482,7 @@ def _to_store(steps: list[Step], regions: list[str]) -> set[str]:
     names its input, and by the final store once. Only a line that calls a math function, or reads
     one that does, is worth its row: recomputing arithmetic is cheaper than a store and the loads
     (log_softmax's `x - max` stored, 0.99x -> 0.87-0.92x eager; LayerNorm's `x - mean`, 0.60x ->
-    0.57x; 2026-12-05)."""
+    0.57x)."""
     costly: set[str] = set()
     for st, region in zip(steps, regions, strict=True):
         if _COSTLY.search(region) or any(o in costly for _, o in st.inputs):
@@ -518,7 +518,7 @@ def _stored_row(local: str) -> list[str]:
 
 def _wide(region: str) -> str:
     """A row task's answer with its float values in double: it is one loop over the row, and a float
-    sum of 16384 values drifts by ~1e-3 (H200, 2026-12-03b: row_sum's right loop `wrong_output`,
+    sum of 16384 values drifts by ~1e-3 (on the H200, row_sum's right loop was `wrong_output` on
     0.4% of rows, those whose sum is near 0, beyond atol 1e-4 of PyTorch's tree sum). Pointers stay."""
     return re.sub(r"\bfloat\b(?!\s*\*)", "double", region)
 
@@ -631,8 +631,8 @@ def _shared_loops(region: str) -> Optional[str]:
     (`_reductions`), combined after the loop (block_sum, block_max) so every thread holds the row's
     value; the output row is only touched as `y[j]` inside the loops (a thread's j are the same in
     every loop, so what it reads back it wrote itself); no other loop or jump. The softmax, norms
-    and variances the model writes as several loops on one thread ran 0.09-0.20x eager on the H200
-    (2026-12-03f). None otherwise; a candidate only, pre-checked as `_strided`'s is."""
+    and variances the model writes as several loops on one thread ran 0.09-0.20x eager on the H200.
+    None otherwise; a candidate only, pre-checked as `_strided`'s is."""
     text = "\n".join(re.sub(r"//.*", "", ln) for ln in region.strip().splitlines() if not ln.strip().startswith("#"))
     out, at = [], 0
     for loop in _ROW_LOOP.finditer(text):
@@ -659,7 +659,7 @@ def _cuda_row_task(st: Step, region: str, by_local: dict[str, Step], strided: bo
     whose answer allows it (`_strided`), or an answer of several loops that every thread can run
     (`_shared_loops`), runs on every thread of the block, each over its share of the row, and the
     threads' values are combined (block_sum, block_max): a row on one thread ran 0.08-0.47x eager on
-    the H200 (2026-12-03e). Otherwise it runs on thread 0 of the block, and its
+    the H200. Otherwise it runs on thread 0 of the block, and its
     value reaches the other threads through shared memory (one value a row) or the output row (a
     whole row), after the block's barrier."""
     head = [f"auto kw_in_{i} = {('kw_' + o) if o in by_local else o};" for i, o in st.inputs]

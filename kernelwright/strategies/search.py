@@ -251,7 +251,7 @@ def _repair(ctx: RunContext, base: tuple[ChatMessage, ...], samples: list[Sample
     model's answer, and what is wrong with it (the pre-check's counterexample or compiler error,
     else the evaluator's distilled report). A follow-up, not a fresh prompt: shown only the lines
     and the region, the 1.5B model answered half its CUDA repair turns with a whole kernel
-    function (H200, 2026-12-02). None when there is nothing to show (no code in any answer)."""
+    function (on the H200). None when there is nothing to show (no code in any answer)."""
     failing = [s for s in _distinct(samples) if s.region.strip()]
     if not failing:
         return None

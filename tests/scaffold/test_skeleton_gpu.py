@@ -2,7 +2,7 @@
 broadcast input in a pattern the kernel cannot read as one value or one vector a row (laid out
 like x by the wrapper's _kw_bcast first), and the elementwise kernel's inputs read through the launch's
 dividers (a channel's value, a vector along the last dimension). Each oracle region is correct and
-its wrong twin is not. Run on the device machine (`bash scripts/h200_session.sh gputests FILE`)."""
+its wrong twin is not. Run on the device machine (`bash ops/device_session.sh gputests FILE`)."""
 
 from __future__ import annotations
 
