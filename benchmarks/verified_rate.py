@@ -10,6 +10,7 @@ A study cut short (the machine taken away) has cells that never ended: `tasks ve
 tasks with a verified attempt whether or not their cell ended, and its wall time ends at the last
 attempt the study logged (`recorded_at`), or at `--until` for logs older than that stamp.
 
+    tar -xJf docs/results/sessions/h200-2026-12-03c.tar.xz -C docs/results/sessions   # the session's raw files
     python benchmarks/verified_rate.py docs/results/sessions/h200-2026-12-03c/cpp-zero_shot docs/results/sessions/h200-2026-12-03c/cpp-search
 """
 
