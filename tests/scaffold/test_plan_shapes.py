@@ -14,7 +14,7 @@ from kernelwright.child import one_line
 from kernelwright.scaffold import SegmentKind, plan_tasks, write
 from kernelwright.tasks import load_task
 
-# 32768 x 524288 fp32 is 64 GiB: more than this machine or one GPU has. The plan must come back
+# 40000 x 430000 fp32 is 64 GiB: more than this machine or one GPU has. The plan must come back
 # without allocating it (it would be killed, or fail, if it did).
 ROWS = '''
 import torch
@@ -98,10 +98,10 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
-HUGE = {"rows": ROWS.format(batch=32768, dim=524288), "gemm": GEMM.format(m=131072, k=131072, n=98304)}
+HUGE = {"rows": ROWS.format(batch=40000, dim=430000), "gemm": GEMM.format(m=120000, k=120000, n=100000)}
 TINY = {"rows": ROWS.format(batch=16, dim=64), "gemm": GEMM.format(m=32, k=32, n=24)}
 # each size of the huge module and the tiny one's in its place
-SIZES = {"rows": {32768: 16, 524288: 64}, "gemm": {131072: 32, 98304: 24}}
+SIZES = {"rows": {40000: 16, 430000: 64}, "gemm": {120000: 32, 100000: 24}}
 
 
 @pytest.fixture(scope="module")
@@ -141,10 +141,10 @@ def test_a_module_too_large_for_any_device_plans_as_it_does_at_a_tiny_size(plans
         assert _shapeless(big.program, SIZES[name]) == _shapeless(small.program, {}), target
     if name == "rows":
         assert huge.segment.kind == SegmentKind.ROW and huge.segment.targets == ["mul", "add", "relu", "softmax"]
-        assert huge.segment.cols == 524288 and huge.segment.rows == 32768
+        assert huge.segment.cols == 430000 and huge.segment.rows == 40000
     else:  # the GEMM with its epilogue, Triton's alternative
         assert huge.gemm is not None and huge.gemm.available and tiny.gemm is not None and tiny.gemm.available
-        assert (huge.gemm.segment.gemm.m, huge.gemm.segment.gemm.k, huge.gemm.segment.gemm.n) == (131072, 131072, 98304)
+        assert (huge.gemm.segment.gemm.m, huge.gemm.segment.gemm.k, huge.gemm.segment.gemm.n) == (120000, 120000, 100000)
 
 
 def test_a_module_with_a_scalar_input_plans(plans) -> None:
