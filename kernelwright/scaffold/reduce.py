@@ -5,16 +5,17 @@ fake (``analysis/shapes.py``). Three things need real values: re-running a segme
 (``plan._same``), the perturbation test that measures its layout (``plan._layout``) and the
 pre-check's probes. Those run here on a smaller copy of the same run, on the CPU:
 
-1. Every dimension size of the inputs that no parameter or buffer has is a candidate, and gets
-   its own small prime that no tensor of the full-size run has as a dimension (so each size
-   stays recognisable: 4096 -> 5, 512 -> 7).
-2. A mapping is kept only if the traced forward, run on fake inputs of the mapped shapes, gives
-   every node exactly the mapped shapes of its full-size run: no dimension derived in another
-   way (a flatten, a conv's output size, a size written in the source) changes. So the smaller run
-   is the same computation, each size renamed; a size that fails this stays as it is.
+1. The traced forward runs once more on fake inputs whose sizes are symbols (a ``ShapeEnv``, one
+   symbol per distinct size, as torch.compile's duck sizing does): every node's shape comes out as
+   an expression of them (a conv's output `s0 - 2`, a flatten `128*(s0 - 2)**2`), and the run
+   records as guards what it assumed (a size a parameter fixes: `Eq(s1, 64)`; `s0 >= 3`).
+2. Each free symbol, largest first, gets the smallest prime of ``PRIMES`` below its size that keeps
+   every guard true: the same computation at a smaller size, proven by torch's own reasoning about
+   shapes rather than by a list of ops. A concrete fake run at those sizes must give every node
+   the shape its expression says, or nothing is reduced.
 3. `get_inputs()` draws the real inputs under a dispatch mode that maps the `size` arguments of
-   its factory calls (`torch.randn(batch, dim)`), so the values come from the task's own
-   distributions (`rand` for a log, integer ranges for indices).
+   its factory calls (`torch.randn(batch, dim)`) by value, as the symbols were made, so the values
+   come from the task's own distributions (`rand` for a log, integer ranges for indices).
 
 Where nothing can be reduced the run is the full-size one, on the CPU: refused when its tensors
 would pass ``LIMIT_BYTES``, with that reason (a fixed rule on shapes, never on free memory).
@@ -35,7 +36,10 @@ from kernelwright.analysis.shapes import fake_mode_of, nbytes
 from kernelwright.analysis.tensors import tensors_in
 from kernelwright.measure.draw import seed_all
 
-PRIMES = (5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97)
+# Reduced sizes: primes, so that no two sizes of the reduced run divide each other by accident and a
+# row layout that holds there holds for the structure, not for one coincidence of sizes.
+PRIMES = (5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97, 101, 103,
+          107, 109, 113, 127, 131, 137, 139, 149, 151, 157, 163, 167, 173, 179, 181, 191, 193, 197, 199, 211)
 LIMIT_BYTES = 4 * 2**30  # the values kept by the planner's real run, summed over the graph
 
 Shapes = dict[str, list[tuple[int, ...]]]
@@ -53,35 +57,86 @@ def reduce(gm: fx.GraphModule, model: nn.Module, inputs: Sequence[Any],
     ``inputs``, or why there is none."""
     full = _node_shapes(gm, inputs)
     assert full is not None, "the full-size run was traced already"
-    fixed = {d for t in itertools.chain(model.parameters(), model.buffers()) for d in t.shape}
-    present = fixed | {d for shapes in full.values() for s in shapes for d in s}
-    primes = [p for p in PRIMES if p not in present]
-    proposal: dict[int, int] = {}
-    for v in sorted({d for t in tensors_in(list(inputs)) for d in t.shape} - fixed):
-        if primes and primes[0] < v:
-            proposal[v] = primes.pop(0)
-
-    def holds(sizes: dict[int, int]) -> bool:
-        return _node_shapes(gm, _resized(inputs, sizes)) == _mapped(full, sizes)
-
-    sizes = proposal if holds(proposal) else {}
-    if not sizes:
-        good = [v for v in sorted(proposal, reverse=True) if holds({v: proposal[v]})]
-        for v in good:  # largest first: the most memory saved
-            if holds(sizes | {v: proposal[v]}):
-                sizes[v] = proposal[v]
+    sizes, expected = _smaller_sizes(gm, inputs) or ({}, full)
+    if sizes and _node_shapes(gm, _resized(inputs, sizes)) != expected:
+        sizes = {}
     need = sum(nbytes(t) for t in itertools.chain(model.parameters(), model.buffers())) + sum(
-        _numel(s) * 4 for shapes in _mapped(full, sizes).values() for s in shapes)
+        _numel(s) * 4 for shapes in (_node_shapes(gm, _resized(inputs, sizes)) or full).values() for s in shapes)
     if need > LIMIT_BYTES:
-        return (f"its sizes cannot be reduced for the planner's value checks, and at full size its values "
-                f"need {need / 2**30:.1f} GiB (over the planner's {LIMIT_BYTES / 2**30:.0f} GiB)")
+        return (f"at the smallest size its shapes allow ({_said(sizes)}) its values need {need / 2**30:.1f} GiB "
+                f"(over the planner's {LIMIT_BYTES / 2**30:.0f} GiB)")
     real = _draw(get_inputs, seed, sizes)
     want = [(tuple(_map(t.shape, sizes)), t.dtype) if isinstance(t, torch.Tensor) else None for t in inputs]
     got = [(tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else None for t in real]
     if got != want:
-        return (f"get_inputs() drew {got} at the reduced sizes {sizes}, not the shapes of its full-size "
+        return (f"get_inputs() drew {got} at the reduced sizes ({_said(sizes)}), not the shapes of its full-size "
                 f"inputs with those sizes {want}")
     return Reduced(sizes=sizes, inputs=real)
+
+
+def _said(sizes: dict[int, int]) -> str:
+    return ", ".join(f"{a} -> {b}" for a, b in sizes.items()) or "none reduced"
+
+
+def _smaller_sizes(gm: fx.GraphModule, inputs: Sequence[Any]) -> Optional[tuple[dict[int, int], Shapes]]:
+    """{full size: reduced size} that every guard of a symbolic run allows, and every node's
+    shapes at those sizes, or None where the symbolic run fails (then nothing is reduced)."""
+    import sympy
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+    env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
+    symbols: dict[int, Any] = {}
+
+    def size(v: int) -> Any:
+        if v not in symbols:
+            sym = env.create_symbol(v, ConstantSource(f"size{v}"), dynamic_dim=DimDynamic.DUCK)
+            symbols[v] = env.create_symintnode(sym, hint=v) if isinstance(sym, sympy.Symbol) else int(sym)
+        return symbols[v]
+
+    try:
+        with mode:
+            sym_inputs = [torch.empty([size(d) for d in t.shape], dtype=t.dtype) if isinstance(t, torch.Tensor)
+                          else t for t in inputs]
+        rec = _ShapeRecorder(gm)
+        with torch.no_grad(), mode:
+            rec.run(*sym_inputs)
+    except Exception:  # ops without symbolic shape support: the full size it is
+        return None
+    free = {v: s.node.expr for v, s in symbols.items()
+            if isinstance(s, torch.SymInt) and isinstance(env.replace(s.node.expr), sympy.Symbol)}
+    values = {sym: v for v, sym in free.items()}
+
+    def allowed(assign: dict[Any, int]) -> bool:
+        subs = {sym: assign.get(sym, v) for sym, v in values.items()}
+        try:
+            for sym, val in subs.items():
+                r = env.var_to_range.get(sym)
+                if r is not None and not (r.lower <= val <= r.upper):
+                    return False
+            return all(bool(env.replace(g.expr).xreplace(subs)) for g in env.guards)
+        except Exception:  # a guard these values cannot decide: not allowed
+            return False
+
+    assign: dict[Any, int] = {}
+    used: set[int] = set()
+    for v in sorted(free, reverse=True):
+        for p in PRIMES:
+            if p >= v:
+                break
+            if p not in used and allowed(assign | {free[v]: p}):
+                assign[free[v]] = p
+                used.add(p)
+                break
+    subs = {sym: assign.get(sym, v) for sym, v in values.items()}
+    try:
+        expected = {name: [tuple(int(env.replace(sympy.sympify(d)).xreplace(subs)) for d in shape) for shape in shapes]
+                    for name, shapes in rec.shapes.items()}
+    except Exception:  # a shape these values cannot evaluate: nothing reduced
+        return None
+    return {v: assign[free[v]] for v in free if free[v] in assign}, expected
 
 
 def _map(shape: Sequence[int], sizes: dict[int, int]) -> list[int]:
@@ -95,8 +150,6 @@ def _numel(shape: Sequence[int]) -> int:
     return n
 
 
-def _mapped(full: Shapes, sizes: dict[int, int]) -> Shapes:
-    return {k: [tuple(_map(s, sizes)) for s in v] for k, v in full.items()}
 
 
 def _resized(inputs: Sequence[Any], sizes: dict[int, int]) -> list[Any]:
@@ -113,7 +166,9 @@ class _ShapeRecorder(fx.Interpreter):
 
     def run_node(self, n: fx.Node) -> Any:
         result = super().run_node(n)
-        self.shapes[n.name] = [tuple(t.shape) for t in tensors_in(result)]
+        # symbolic sizes as their expressions
+        self.shapes[n.name] = [tuple(d.node.expr if isinstance(d, torch.SymInt) else d for d in t.shape)
+                               for t in tensors_in(result)]
         return result
 
 
