@@ -6,16 +6,16 @@ fake (``analysis/shapes.py``). Three things need real values: re-running a segme
 pre-check's probes. Those run here on a smaller copy of the same run, on the CPU:
 
 1. The traced forward runs once more on fake inputs whose sizes are symbols (a ``ShapeEnv``, one
-   symbol per distinct size, as torch.compile's duck sizing does): every node's shape comes out as
-   an expression of them (a conv's output `s0 - 2`, a flatten `128*(s0 - 2)**2`), and the run
-   records as guards what it assumed (a size a parameter fixes: `Eq(s1, 64)`; `s0 >= 3`).
+   symbol per dimension of each input): every node's shape comes out as an expression of them (a
+   conv's output `s3 - 2`, a flatten `128*(s3 - 2)**2`), and the run records as guards what it
+   assumed (a size a parameter fixes: `Eq(s1, 64)`; a size two inputs share: `Eq(s1, s2)`).
 2. Each free symbol, largest first, gets the smallest prime of ``PRIMES`` below its size that keeps
    every guard true: the same computation at a smaller size, proven by torch's own reasoning about
    shapes rather than by a list of ops. A concrete fake run at those sizes must give every node
    the shape its expression says, or nothing is reduced.
-3. `get_inputs()` draws the real inputs under a dispatch mode that maps the `size` arguments of
-   its factory calls (`torch.randn(batch, dim)`) by value, as the symbols were made, so the values
-   come from the task's own distributions (`rand` for a log, integer ranges for indices).
+3. `get_inputs()` draws the real inputs under a dispatch mode that gives each factory call whose
+   `size` is an input's full shape (`torch.randn(batch, dim)`) that input's reduced shape, so the
+   values come from the task's own distributions (`rand` for a log, integer ranges for indices).
 
 Where nothing can be reduced the run is the full-size one, on the CPU: refused when its tensors
 would pass ``LIMIT_BYTES``, with that reason (a fixed rule on shapes, never on free memory).
@@ -47,7 +47,7 @@ Shapes = dict[str, list[tuple[int, ...]]]
 
 @dataclass
 class Reduced:
-    sizes: dict[int, int]  # full size -> its reduced size
+    shapes: list[Optional[tuple[int, ...]]]  # each input's reduced shape (None: not a tensor)
     inputs: list[Any]  # real, on the CPU
 
 
@@ -57,29 +57,26 @@ def reduce(gm: fx.GraphModule, model: nn.Module, inputs: Sequence[Any],
     ``inputs``, or why there is none."""
     full = _node_shapes(gm, inputs)
     assert full is not None, "the full-size run was traced already"
-    sizes, expected = _smaller_sizes(gm, inputs) or ({}, full)
-    if sizes and _node_shapes(gm, _resized(inputs, sizes)) != expected:
-        sizes = {}
+    full_in = [tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in inputs]
+    shapes, expected = _smaller_shapes(gm, inputs) or (full_in, full)
+    if shapes != full_in and _node_shapes(gm, _resized(inputs, shapes)) != expected:
+        shapes, expected = full_in, full
     need = sum(nbytes(t) for t in itertools.chain(model.parameters(), model.buffers())) + sum(
-        _numel(s) * 4 for shapes in (_node_shapes(gm, _resized(inputs, sizes)) or full).values() for s in shapes)
+        _numel(s) * 4 for node in expected.values() for s in node)
+    said = ", ".join(f"{list(a)} -> {list(b)}" for a, b in zip(full_in, shapes) if a is not None and a != b)
     if need > LIMIT_BYTES:
-        return (f"at the smallest size its shapes allow ({_said(sizes)}) its values need {need / 2**30:.1f} GiB "
-                f"(over the planner's {LIMIT_BYTES / 2**30:.0f} GiB)")
-    real = _draw(get_inputs, seed, sizes)
-    want = [(tuple(_map(t.shape, sizes)), t.dtype) if isinstance(t, torch.Tensor) else None for t in inputs]
-    got = [(tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else None for t in real]
-    if got != want:
-        return (f"get_inputs() drew {got} at the reduced sizes ({_said(sizes)}), not the shapes of its full-size "
-                f"inputs with those sizes {want}")
-    return Reduced(sizes=sizes, inputs=real)
+        return (f"at the smallest size its shapes allow ({said or 'none reduced'}) its values need "
+                f"{need / 2**30:.1f} GiB (over the planner's {LIMIT_BYTES / 2**30:.0f} GiB)")
+    real = _draw(get_inputs, seed, full_in, shapes)
+    got = [tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in real]
+    if got != shapes or [t.dtype for t in tensors_in(real)] != [t.dtype for t in tensors_in(list(inputs))]:
+        return f"get_inputs() drew shapes {got} where the reduced run needs {shapes} ({said})"
+    return Reduced(shapes=shapes, inputs=real)
 
 
-def _said(sizes: dict[int, int]) -> str:
-    return ", ".join(f"{a} -> {b}" for a, b in sizes.items()) or "none reduced"
-
-
-def _smaller_sizes(gm: fx.GraphModule, inputs: Sequence[Any]) -> Optional[tuple[dict[int, int], Shapes]]:
-    """{full size: reduced size} that every guard of a symbolic run allows, and every node's
+def _smaller_shapes(gm: fx.GraphModule, inputs: Sequence[Any]
+                    ) -> Optional[tuple[list[Optional[tuple[int, ...]]], Shapes]]:
+    """Each input's reduced shape that every guard of a symbolic run allows, and every node's
     shapes at those sizes, or None where the symbolic run fails (then nothing is reduced)."""
     import sympy
     from torch._dynamo.source import ConstantSource
@@ -88,59 +85,56 @@ def _smaller_sizes(gm: fx.GraphModule, inputs: Sequence[Any]) -> Optional[tuple[
 
     env = ShapeEnv()
     mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
-    symbols: dict[int, Any] = {}
+    hints: dict[Any, int] = {}  # symbol -> its full size
 
-    def size(v: int) -> Any:
-        if v not in symbols:
-            sym = env.create_symbol(v, ConstantSource(f"size{v}"), dynamic_dim=DimDynamic.DUCK)
-            symbols[v] = env.create_symintnode(sym, hint=v) if isinstance(sym, sympy.Symbol) else int(sym)
-        return symbols[v]
+    def size(v: int, name: str) -> Any:
+        sym = env.create_symbol(v, ConstantSource(name), dynamic_dim=DimDynamic.DYNAMIC)
+        if not isinstance(sym, sympy.Symbol):  # 0 and 1 stay what they are
+            return int(sym)
+        hints[sym] = v
+        return env.create_symintnode(sym, hint=v)
 
     try:
         with mode:
-            sym_inputs = [torch.empty([size(d) for d in t.shape], dtype=t.dtype) if isinstance(t, torch.Tensor)
-                          else t for t in inputs]
+            sym_inputs = [torch.empty([size(d, f"in{i}_{j}") for j, d in enumerate(t.shape)], dtype=t.dtype)
+                          if isinstance(t, torch.Tensor) else t for i, t in enumerate(inputs)]
         rec = _ShapeRecorder(gm)
         with torch.no_grad(), mode:
             rec.run(*sym_inputs)
     except Exception:  # ops without symbolic shape support: the full size it is
         return None
-    free = {v: s.node.expr for v, s in symbols.items()
-            if isinstance(s, torch.SymInt) and isinstance(env.replace(s.node.expr), sympy.Symbol)}
-    values = {sym: v for v, sym in free.items()}
+    free = sorted((sym for sym in hints if env.replace(sym) == sym), key=lambda sym: -hints[sym])
+
+    def value(expr: Any, assign: dict[Any, int]) -> int:
+        return int(env.replace(sympy.sympify(expr)).xreplace({sym: assign.get(sym, v) for sym, v in hints.items()}))
 
     def allowed(assign: dict[Any, int]) -> bool:
-        subs = {sym: assign.get(sym, v) for sym, v in values.items()}
         try:
-            for sym, val in subs.items():
+            for sym, val in assign.items():
                 r = env.var_to_range.get(sym)
                 if r is not None and not (r.lower <= val <= r.upper):
                     return False
+            subs = {sym: assign.get(sym, v) for sym, v in hints.items()}
             return all(bool(env.replace(g.expr).xreplace(subs)) for g in env.guards)
         except Exception:  # a guard these values cannot decide: not allowed
             return False
 
     assign: dict[Any, int] = {}
-    used: set[int] = set()
-    for v in sorted(free, reverse=True):
+    for sym in free:
         for p in PRIMES:
-            if p >= v:
+            if p >= hints[sym]:
                 break
-            if p not in used and allowed(assign | {free[v]: p}):
-                assign[free[v]] = p
-                used.add(p)
+            if p not in assign.values() and allowed(assign | {sym: p}):
+                assign[sym] = p
                 break
-    subs = {sym: assign.get(sym, v) for sym, v in values.items()}
     try:
-        expected = {name: [tuple(int(env.replace(sympy.sympify(d)).xreplace(subs)) for d in shape) for shape in shapes]
-                    for name, shapes in rec.shapes.items()}
+        shapes = [tuple(value(d.node.expr if isinstance(d, torch.SymInt) else d, assign) for d in t.shape)
+                  if isinstance(t, torch.Tensor) else None for t in sym_inputs]
+        expected = {name: [tuple(value(d, assign) for d in shape) for shape in node]
+                    for name, node in rec.shapes.items()}
     except Exception:  # a shape these values cannot evaluate: nothing reduced
         return None
-    return {v: assign[free[v]] for v in free if free[v] in assign}, expected
-
-
-def _map(shape: Sequence[int], sizes: dict[int, int]) -> list[int]:
-    return [sizes.get(d, d) for d in shape]
+    return shapes, expected
 
 
 def _numel(shape: Sequence[int]) -> int:
@@ -152,11 +146,11 @@ def _numel(shape: Sequence[int]) -> int:
 
 
 
-def _resized(inputs: Sequence[Any], sizes: dict[int, int]) -> list[Any]:
-    """Fake tensors like ``inputs``' with the mapped shapes (nothing allocated)."""
+def _resized(inputs: Sequence[Any], shapes: Sequence[Optional[tuple[int, ...]]]) -> list[Any]:
+    """Fake tensors like ``inputs``' with the given shapes (nothing allocated)."""
     with fake_mode_of(inputs):
-        return [torch.empty(_map(t.shape, sizes), dtype=t.dtype, device=t.device)
-                if isinstance(t, torch.Tensor) else t for t in inputs]
+        return [torch.empty(shape, dtype=t.dtype, device=t.device) if isinstance(t, torch.Tensor) else t
+                for t, shape in zip(inputs, shapes, strict=True)]
 
 
 class _ShapeRecorder(fx.Interpreter):
@@ -183,32 +177,37 @@ def _node_shapes(gm: fx.GraphModule, inputs: Sequence[Any]) -> Optional[Shapes]:
     return rec.shapes
 
 
-class _MapSizes(TorchDispatchMode):
-    """Maps the `size` arguments of every op (factories, views, expands) through ``sizes``."""
+class _ReducedDraw(TorchDispatchMode):
+    """Gives each op whose `size` is an input's full shape that input's reduced shape (each input
+    once, in order): `torch.randn(batch, dim)` in `get_inputs()` draws the reduced tensor."""
 
-    def __init__(self, sizes: dict[int, int]):
+    def __init__(self, full: Sequence[Optional[tuple[int, ...]]], reduced: Sequence[Optional[tuple[int, ...]]]):
         super().__init__()
-        self.sizes = sizes
+        self.todo = [(f, r) for f, r in zip(full, reduced, strict=True) if f is not None and f != r]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         args, kwargs = list(args), dict(kwargs or {})
         for i, arg in enumerate(func._schema.arguments):
-            if arg.name not in ("size", "shape"):
+            if arg.name != "size":
                 continue
             if arg.name in kwargs:
-                kwargs[arg.name] = self._map(kwargs[arg.name])
+                kwargs[arg.name] = self._swap(kwargs[arg.name])
             elif i < len(args) and not arg.kwarg_only:
-                args[i] = self._map(args[i])
+                args[i] = self._swap(args[i])
         return func(*args, **kwargs)
 
-    def _map(self, value: Any) -> Any:
-        if isinstance(value, (list, tuple, torch.Size)):
-            return [self.sizes.get(v, v) if isinstance(v, int) else v for v in value]
-        return value
+    def _swap(self, size: Any) -> Any:
+        if isinstance(size, (list, tuple, torch.Size)):
+            for k, (full, reduced) in enumerate(self.todo):
+                if tuple(size) == full:
+                    del self.todo[k]
+                    return list(reduced)
+        return size
 
 
-def _draw(get_inputs: Callable[[], Any], seed: int, sizes: dict[int, int]) -> list[Any]:
+def _draw(get_inputs: Callable[[], Any], seed: int, full: Sequence[Optional[tuple[int, ...]]],
+          reduced: Sequence[Optional[tuple[int, ...]]]) -> list[Any]:
     seed_all(seed)
-    with _MapSizes(sizes):
+    with _ReducedDraw(full, reduced):
         raw = get_inputs()
     return list(raw)

@@ -144,7 +144,8 @@ def test_a_module_too_large_for_any_device_plans_as_it_does_at_a_tiny_size(plans
         assert huge.segment.cols == 430000 and huge.segment.rows == 40000
     else:  # the GEMM with its epilogue, Triton's alternative
         assert huge.gemm is not None and huge.gemm.available and tiny.gemm is not None and tiny.gemm.available
-        assert (huge.gemm.segment.gemm.m, huge.gemm.segment.gemm.k, huge.gemm.segment.gemm.n) == (120000, 120000, 100000)
+        spec = huge.gemm.segment.gemm
+        assert (spec.m, spec.k, spec.n) == (120000, 120000, 100000)
 
 
 def test_a_module_with_a_scalar_input_plans(plans) -> None:
