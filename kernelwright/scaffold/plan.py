@@ -78,20 +78,28 @@ class Values:
     """Every fx node's value twice: ``shapes`` from the full-size run (fake tensors: what the plan
     says about shapes, and the constants its code bakes in) and ``real`` from the reduced run
     (real tensors on the CPU: what its checks and probes compute on), run when first asked for:
-    a module with no candidate segment needs none."""
+    a module with no candidate segment needs none. ``rows_of(node, k)`` is another reduced run in
+    which the last ``k`` dims of ``node`` keep their full sizes: a row segment's probes are rows of
+    the length the evaluator's are (a region that counts masked lanes is wrong only on some)."""
 
     shapes: dict[str, Any]
-    _reduce: Callable[[], Any]
+    _reduce: Callable[[Optional[tuple[str, int]]], Any]
     _real: Optional[dict[str, Any]] = None
 
     @property
     def real(self) -> dict[str, Any]:
         if self._real is None:
-            reduced = self._reduce()
-            if isinstance(reduced, str):
-                raise NoValues(reduced)
-            self._real = reduced
+            self._real = self._values(None)
         return self._real
+
+    def rows_of(self, node: str, k: int) -> dict[str, Any]:
+        return self._values((node, k))
+
+    def _values(self, keep: Optional[tuple[str, int]]) -> dict[str, Any]:
+        reduced = self._reduce(keep)
+        if isinstance(reduced, str):
+            raise NoValues(reduced)
+        return reduced
 
 
 def plan_segment(task_id: str, module: Any, model: nn.Module, inputs: Sequence[Any],
@@ -107,8 +115,8 @@ def plan_segment(task_id: str, module: Any, model: nn.Module, inputs: Sequence[A
     except Exception as e:  # control flow on shapes etc.: no graph to rewrite
         return _none(task_id, f"forward does not trace with torch.fx ({one_line(e)}); "
                               "the model writes the whole program"), set(), None
-    def real() -> dict[str, Any] | str:
-        reduced = reduce(gm, model, inputs, module.get_inputs, seed)
+    def real(keep: Optional[tuple[str, int]]) -> dict[str, Any] | str:
+        reduced = reduce(gm, model, inputs, module.get_inputs, seed, keep)
         return reduced if isinstance(reduced, str) else _run_keeping_values(gm, reduced.inputs)
 
     values = Values(shapes=_run_keeping_values(gm, inputs), _reduce=real)
@@ -126,11 +134,11 @@ def _plan_segment(task_id: str, module: Any, model: nn.Module, gm: fx.GraphModul
     if isinstance(found, str):
         return _none(task_id, found), set()
     seg, chosen = found
+    probes = _probes(gm, seg, chosen, values)  # first: a row segment's probes run gm, which the rewrite changes
     try:
         prelude, model_new = _rewrite(gm, model, seg, chosen, source, module.__name__)
     except _Unsupported as e:
         return _none(task_id, f"cannot print the rewritten forward: {e}; the model writes the whole program"), set()
-    probes = _probes(gm, seg, chosen)
     what = " -> ".join(seg.targets)
     where = (f"one row of {seg.cols} values per program ({seg.rows} rows)" if seg.kind == SegmentKind.ROW
              else f"{math.prod(seg.out_shape)} elements")
@@ -138,13 +146,21 @@ def _plan_segment(task_id: str, module: Any, model: nn.Module, gm: fx.GraphModul
                         segment=seg, prelude=prelude, model_new=model_new, probes=probes), set(seg.nodes)
 
 
-def _probes(gm: fx.GraphModule, seg: Segment, cand: "_Candidate") -> Optional[Probes]:
+def _probes(gm: fx.GraphModule, seg: Segment, cand: "_Candidate", values: Optional[Values] = None
+            ) -> Optional[Probes]:
     """The pre-check's probes; a plan without them is still a plan (the pre-check then answers
     `unsupported` and the evaluator decides)."""
     assert cand.run is not None
     sub, call_args, call_names, main_pos, fixed = cand.run
-    main = call_args[main_pos]
-    if seg.kind == SegmentKind.ROW:  # the probes' rows are the reduced run's
+    if seg.kind == SegmentKind.ROW and values is not None:
+        srcs = cand.srcs
+        try:  # rows of their full length, fewer of them
+            rows = values.rows_of(srcs[main_pos].name, seg.row_dims)
+            sub = _subgraph(gm, cand, cand.outs[0], srcs, rows)
+            call_args = [rows[n.name] for n in srcs]
+        except NoValues:
+            log.info("row probes from the reduced run: %s", seg.targets)
+        main = call_args[main_pos]
         cols = math.prod(main.shape[main.dim() - seg.row_dims:])
         seg = seg.model_copy(update={"cols": cols, "rows": main.numel() // max(1, cols)})
     try:
@@ -188,6 +204,7 @@ class _Candidate:
         self.nodes = nodes
         # how the run was re-run on its own (set once it passes): what the probes need
         self.run: Optional[tuple[fx.GraphModule, list[torch.Tensor], list[str], int, dict[str, torch.Tensor]]] = None
+        self.srcs: list[fx.Node] = []  # the fx nodes of the run's call arguments, in order
         self.names = {n.name for n in nodes}
         # what a node's metadata is (`h.dtype` in `.to(h.dtype)`) is fixed when the graph is traced,
         # not a value the run must hand out: such reads, used only inside the run, are part of it.
@@ -328,6 +345,7 @@ def _segment(model: nn.Module, gm: fx.GraphModule, cand: _Candidate, info: dict[
     call_names = [names[i] for i, (_, _, src) in enumerate(tensors) if src is not None]
     fixed = {names[i]: v for i, (_, v, src) in enumerate(tensors) if src is None}
     cand.run = (sub, call_args, call_names, main_pos, fixed)
+    cand.srcs = [src for _, _, src in tensors if src is not None]
     targets = [info[n.name].target for n in cand.nodes if info[n.name].role == Role.COMPUTE]
     return Segment(kind=kind, nodes=[n.name for n in cand.nodes], targets=targets, args=args,
                    out_shape=list(out.shape), out_dtype=FLOAT_DTYPES[out.dtype], row_dims=k,

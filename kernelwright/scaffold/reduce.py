@@ -36,10 +36,12 @@ from kernelwright.analysis.shapes import fake_mode_of, nbytes
 from kernelwright.analysis.tensors import tensors_in
 from kernelwright.measure.draw import seed_all
 
-# Reduced sizes: primes, so that no two sizes of the reduced run divide each other by accident and a
-# row layout that holds there holds for the structure, not for one coincidence of sizes.
-PRIMES = (5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97, 101, 103,
-          107, 109, 113, 127, 131, 137, 139, 149, 151, 157, 163, 167, 173, 179, 181, 191, 193, 197, 199, 211)
+# Reduced sizes are primes, so that no two sizes of the reduced run divide each other by accident and
+# a row layout that holds there holds for the structure, not for one coincidence of sizes.
+PRIMES = tuple(p for p in range(5, 10000) if all(p % q for q in range(2, int(p ** 0.5) + 1)))
+# Each reduced input keeps at least this many elements (or all it has): the pre-check's probes take
+# up to 512 elements or 6 rows of the main input, and a region is checked on rows of some length.
+MIN_ELEMENTS = 4096
 LIMIT_BYTES = 4 * 2**30  # the values kept by the planner's real run, summed over the graph
 
 Shapes = dict[str, list[tuple[int, ...]]]
@@ -51,14 +53,15 @@ class Reduced:
     inputs: list[Any]  # real, on the CPU
 
 
-def reduce(gm: fx.GraphModule, model: nn.Module, inputs: Sequence[Any],
-           get_inputs: Callable[[], Any], seed: int) -> Reduced | str:
+def reduce(gm: fx.GraphModule, model: nn.Module, inputs: Sequence[Any], get_inputs: Callable[[], Any],
+           seed: int, keep: Optional[tuple[str, int]] = None) -> Reduced | str:
     """Real inputs of a smaller run of ``gm`` that has the structure of its run on (fake)
-    ``inputs``, or why there is none."""
+    ``inputs``, or why there is none. ``keep`` = (node, k): the last k dims of that node keep
+    their full sizes (a row segment's rows, for its probes)."""
     full = _node_shapes(gm, inputs)
     assert full is not None, "the full-size run was traced already"
     full_in = [tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in inputs]
-    shapes, expected = _smaller_shapes(gm, inputs) or (full_in, full)
+    shapes, expected = _smaller_shapes(gm, inputs, keep) or (full_in, full)
     if shapes != full_in and _node_shapes(gm, _resized(inputs, shapes)) != expected:
         shapes, expected = full_in, full
     need = sum(nbytes(t) for t in itertools.chain(model.parameters(), model.buffers())) + sum(
@@ -74,7 +77,7 @@ def reduce(gm: fx.GraphModule, model: nn.Module, inputs: Sequence[Any],
     return Reduced(shapes=shapes, inputs=real)
 
 
-def _smaller_shapes(gm: fx.GraphModule, inputs: Sequence[Any]
+def _smaller_shapes(gm: fx.GraphModule, inputs: Sequence[Any], keep: Optional[tuple[str, int]] = None
                     ) -> Optional[tuple[list[Optional[tuple[int, ...]]], Shapes]]:
     """Each input's reduced shape that every guard of a symbolic run allows, and every node's
     shapes at those sizes, or None where the symbolic run fails (then nothing is reduced)."""
@@ -103,7 +106,13 @@ def _smaller_shapes(gm: fx.GraphModule, inputs: Sequence[Any]
             rec.run(*sym_inputs)
     except Exception:  # ops without symbolic shape support: the full size it is
         return None
-    free = sorted((sym for sym in hints if env.replace(sym) == sym), key=lambda sym: -hints[sym])
+    kept: set[Any] = set()
+    if keep is not None:
+        name, k = keep
+        for d in rec.shapes[name][0][-k:]:
+            kept |= env.replace(sympy.sympify(d)).free_symbols
+    free = sorted((sym for sym in hints if env.replace(sym) == sym and sym not in kept), key=lambda sym: -hints[sym])
+    floor = _floors(sym_inputs, set(free), env.replace)
 
     def value(expr: Any, assign: dict[Any, int]) -> int:
         return int(env.replace(sympy.sympify(expr)).xreplace({sym: assign.get(sym, v) for sym, v in hints.items()}))
@@ -124,7 +133,7 @@ def _smaller_shapes(gm: fx.GraphModule, inputs: Sequence[Any]
         for p in PRIMES:
             if p >= hints[sym]:
                 break
-            if p not in assign.values() and allowed(assign | {sym: p}):
+            if p >= floor[sym] and p not in assign.values() and allowed(assign | {sym: p}):
                 assign[sym] = p
                 break
     try:
@@ -135,6 +144,27 @@ def _smaller_shapes(gm: fx.GraphModule, inputs: Sequence[Any]
     except Exception:  # a shape these values cannot evaluate: nothing reduced
         return None
     return shapes, expected
+
+
+def _floors(sym_inputs: Sequence[Any], free: set[Any], replace: Callable[[Any], Any]) -> dict[Any, float]:
+    """The least reduced size of each free symbol: spread over an input's free dims, so that the
+    input keeps MIN_ELEMENTS (what its fixed dims hold counts) and its rows and columns both stay
+    long enough to check a layout on."""
+    floor = {sym: 0.0 for sym in free}
+    for t in sym_inputs:
+        if not isinstance(t, torch.Tensor):
+            continue
+        dims = [replace(d.node.expr) if isinstance(d, torch.SymInt) else None for d in t.shape]
+        mine = [e for e in dims if e in free]
+        if not mine:
+            continue
+        # the fixed dims by their full sizes (arithmetic on the SymInts would add guards)
+        fixed = _numel([d.node.hint if isinstance(d, torch.SymInt) else d
+                        for d, e in zip(t.shape, dims) if e not in free])
+        need = (MIN_ELEMENTS / max(1, fixed)) ** (1 / len(mine))
+        for e in mine:
+            floor[e] = max(floor[e], need)
+    return floor
 
 
 def _numel(shape: Sequence[int]) -> int:
