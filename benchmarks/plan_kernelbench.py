@@ -53,7 +53,7 @@ def main() -> None:
             reply = {"ok": False, "stage": "internal", "error": f"{type(e).__name__}: {e}"[:300]}
         text = outcome(reply).replace("|", "\\|").replace("\n", " ")
         counts[text.split(":")[0]] = counts.get(text.split(":")[0], 0) + 1
-        print(f"| {task.id} | {text[:400]} | {time.monotonic() - start:.1f} |", flush=True)
+        print(f"| {task.id} | {text[:700]} | {time.monotonic() - start:.1f} |", flush=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"\n{len(tasks)} tasks in {time.monotonic() - total:.0f} s, peak memory {peak:.1f} GiB; "
           + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))

@@ -76,9 +76,10 @@ def one_line(e: BaseException) -> str:
     while cur is not None and id(cur) not in seen and len(parts) < 6:
         seen.add(id(cur))
         text = str(cur).strip().splitlines()
-        parts.append(f"{type(cur).__name__}: {text[0][:300]}" if text else type(cur).__name__)
+        parts.append(f"{type(cur).__name__}: {text[0]}" if text else type(cur).__name__)
         cur = cur.__cause__ or (None if cur.__suppress_context__ else cur.__context__)
-    return "; caused by ".join(parts)
+    # the wrappers' words short (ShapeProp's carry the node's whole meta), the last cause whole
+    return "; caused by ".join([p[:160] for p in parts[:-1]] + [parts[-1][:300]])
 
 
 def kill_group(pid: int) -> None:

@@ -14,7 +14,6 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from kernelwright.measure.draw import seed_all
@@ -42,7 +41,3 @@ def fake_mode_of(values: Sequence[Any]) -> contextlib.AbstractContextManager:
         if isinstance(v, FakeTensor):
             return v.fake_mode
     return contextlib.nullcontext()
-
-
-def nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()

@@ -23,7 +23,6 @@ would pass ``LIMIT_BYTES``, with that reason (a fixed rule on shapes, never on f
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -32,7 +31,7 @@ import torch
 from torch import fx, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernelwright.analysis.shapes import fake_mode_of, nbytes
+from kernelwright.analysis.shapes import fake_mode_of
 from kernelwright.analysis.tensors import tensors_in
 from kernelwright.measure.draw import seed_all
 
@@ -64,8 +63,9 @@ def reduce(gm: fx.GraphModule, model: nn.Module, inputs: Sequence[Any], get_inpu
     shapes, expected = _smaller_shapes(gm, inputs, keep) or (full_in, full)
     if shapes != full_in and _node_shapes(gm, _resized(inputs, shapes)) != expected:
         shapes, expected = full_in, full
-    need = sum(nbytes(t) for t in itertools.chain(model.parameters(), model.buffers())) + sum(
-        _numel(s) * 4 for node in expected.values() for s in node)
+    # what the real run adds to the model (built already): its inputs and every value it computes
+    made = {n.name for n in gm.graph.nodes if n.op not in ("get_attr", "output")}
+    need = sum(_numel(s) * 4 for name, node in expected.items() if name in made for s in node)
     said = ", ".join(f"{list(a)} -> {list(b)}" for a, b in zip(full_in, shapes) if a is not None and a != b)
     if need > LIMIT_BYTES:
         return (f"at the smallest size its shapes allow ({said or 'none reduced'}) its values need "
