@@ -67,9 +67,19 @@ def run_json_child(module: str, payload: str, timeout: float,
 
 
 def one_line(e: BaseException) -> str:
-    """An exception raised by task code, as one line for a stage error."""
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:300]}" if text else type(e).__name__
+    """An exception raised by task code, as one line for a stage error, with what it was raised
+    from or during: wrappers such as fx's ShapeProp (`ShapeProp error for: node=%conv`) say where,
+    only the exception under them says what went wrong."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen and len(parts) < 6:
+        seen.add(id(cur))
+        text = str(cur).strip().splitlines()
+        parts.append(f"{type(cur).__name__}: {text[0]}" if text else type(cur).__name__)
+        cur = cur.__cause__ or (None if cur.__suppress_context__ else cur.__context__)
+    # the wrappers' words short (ShapeProp's carry the node's whole meta), the last cause whole
+    return "; caused by ".join([p[:160] for p in parts[:-1]] + [parts[-1][:300]])
 
 
 def kill_group(pid: int) -> None:

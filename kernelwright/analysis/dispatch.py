@@ -26,6 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from kernelwright.analysis import ops
+from kernelwright.analysis.shapes import fake_mode_of
 from kernelwright.analysis.tensors import decide_role, input_source, jsonable, meta_of, tensors_in, walk
 from kernelwright.analysis.types import GraphTensor, OpGraph, OpInput, OpNode, Role, Source
 
@@ -45,7 +46,7 @@ def record_dispatch(model: nn.Module, inputs: Sequence[Any], reason: str | None 
         recorder.remember(p, qual, Source.PARAMETER, None)
     for qual, b in model.named_buffers():
         recorder.remember(b, qual, Source.BUFFER, None)
-    with torch.no_grad(), recorder:
+    with torch.no_grad(), fake_mode_of(inputs), recorder:  # the recorder innermost: it sees the real parameters
         result = model(*inputs)
     outputs = [recorder.lookup(t)[0] for t in tensors_in(result) if recorder.lookup(t) is not None]
     return OpGraph(method="dispatch", fallback_reason=reason, inputs=graph_inputs,

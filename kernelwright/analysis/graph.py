@@ -10,6 +10,10 @@ fx cannot trace Python control flow on tensor values or shapes (``for t in range
 real run instead (``dispatch.py``): the same records and classification, with finer-grained ops
 (``t`` + ``addmm`` for a linear layer, loops unrolled) and ``fallback_reason`` saying why.
 
+The inputs may be fake tensors (``shapes.fake_inputs``): then the run propagates shapes, dtypes
+and FLOPs under their FakeTensorMode and allocates nothing, which is how analysis and planning see
+a reference of any size.
+
 ``classify`` and ``epilogue_chains`` live in ``structure.py`` and are re-exported here.
 """
 
@@ -28,13 +32,18 @@ from torch.fx.passes.shape_prop import ShapeProp
 from torch.utils.flop_counter import FlopCounterMode
 
 from kernelwright.analysis import ops
+from kernelwright.analysis.shapes import fake_mode_of
 from kernelwright.analysis.structure import classify, epilogue_chains
 from kernelwright.analysis.tensors import decide_role, input_source, jsonable, meta_of, tensors_in
 from kernelwright.analysis.types import GraphTensor, OpGraph, OpInput, OpNode, Role, Source, TensorMeta
 
 log = logging.getLogger(__name__)
 
-__all__ = ["build_graph", "classify", "epilogue_chains", "trace_fx"]
+__all__ = ["ShapeError", "build_graph", "classify", "epilogue_chains", "trace_fx"]
+
+
+class ShapeError(Exception):
+    """``forward`` traced, but running the traced graph on the inputs failed (the cause is chained)."""
 
 
 def build_graph(model: nn.Module, inputs: Sequence[Any], *, allow_fallback: bool = True) -> OpGraph:
@@ -56,9 +65,13 @@ def build_graph(model: nn.Module, inputs: Sequence[Any], *, allow_fallback: bool
 
 def trace_fx(model: nn.Module, inputs: Sequence[Any]) -> tuple[GraphModule, OpGraph]:
     """The fx GraphModule and the OpGraph built from it (node names shared), for callers that
-    rewrite the graph (scaffolding). Raises when fx cannot trace ``forward``."""
+    rewrite the graph (scaffolding). Raises what fx raises when it cannot trace ``forward``, and
+    ``ShapeError`` (from the real cause) when the traced graph fails on ``inputs``."""
     gm = symbolic_trace(model)
-    return gm, _FxBuilder(model, gm).run(inputs)
+    try:
+        return gm, _FxBuilder(model, gm).run(inputs)
+    except Exception as e:
+        raise ShapeError(f"running the traced forward on its inputs failed") from e
 
 
 def _first_line(e: BaseException) -> str:
@@ -82,7 +95,7 @@ class _FxBuilder(ShapeProp):
         self.output_meta: list[TensorMeta] = []
 
     def run(self, inputs: Sequence[Any]) -> OpGraph:
-        with torch.no_grad():
+        with torch.no_grad(), fake_mode_of(inputs):
             self.propagate(*inputs)
         return OpGraph(method="fx", inputs=self.inputs, params=list(self.used_params.values()),
                        nodes=self.nodes, outputs=self.graph_outputs, output_meta=self.output_meta)

@@ -51,6 +51,7 @@ class TaskAnalysis(Versioned):
     roofline: Roofline
     roofline_local: bool = True  # the roofline's device is the one the reference ran on
     profile: Optional[ProfileReport] = None
+    profile_error: Optional[str] = None  # why there is no profile where one was asked for (one line)
     full_graph: Optional[OpGraph] = None  # only when asked for: large for unrolled loops
     seconds: float = 0.0  # wall time of the analysis in the child
 

@@ -6,6 +6,11 @@ JSON on stdin, the ``TaskAnalysis`` comes back as one JSON line on stdout (the c
 own prints to stderr first). ``KERNELWRIGHT_SIZE`` is set for the child: with ``size="auto"``,
 small on the CPU and full on a GPU, as the evaluator does. Failures become one ``AnalysisError``
 whose message is a single line naming the task and the stage.
+
+The graph, classification and roofline come from shapes alone: the inputs are fake tensors and
+the module's parameters stay on the CPU (``shapes.py``), so they are the same whatever memory the
+device has free. Only the profile, a measurement, runs the reference for real on the device; where
+it fails (out of memory on a shared GPU, say) the record says why and holds everything else.
 """
 
 from __future__ import annotations
@@ -85,6 +90,16 @@ def _stage(name: str, what: str, fn: Any, *args: Any) -> Any:
         raise StageError(name, f"{what} raised {one_line(e)}") from e
 
 
+def _forward(model: Any, inputs: list[Any]) -> None:
+    """One forward on the (fake) inputs: the module's own errors, before any graph is built."""
+    import torch
+
+    from kernelwright.analysis.shapes import fake_mode_of
+
+    with torch.no_grad(), fake_mode_of(inputs):
+        model(*inputs)
+
+
 def analyze_job(job: AnalysisJob) -> TaskAnalysis:
     """Run every analysis on ``job`` in this process (the child's side of ``analyze``)."""
     import torch
@@ -93,6 +108,7 @@ def analyze_job(job: AnalysisJob) -> TaskAnalysis:
     from kernelwright.analysis.profile import profile_reference
     from kernelwright.analysis.report import summarize
     from kernelwright.analysis.roofline import device_peaks, roofline
+    from kernelwright.analysis.shapes import fake_inputs, fake_mode
 
     start = time.monotonic()
     dev = torch.device(job.device)
@@ -107,22 +123,27 @@ def analyze_job(job: AnalysisJob) -> TaskAnalysis:
         return fn()
 
     init_inputs = _stage("init", "get_init_inputs()", seeded, module.get_init_inputs)
-    model = _stage("init", "Model(*get_init_inputs())", seeded, lambda: module.Model(*init_inputs).to(dev))
-    inputs = _stage("inputs", "get_inputs()", draw_inputs, module.get_inputs, job.seed, dev)
-    with torch.no_grad():
-        _stage("forward", "Model.forward", model, *inputs)
-    graph = _stage("graph", "building the op graph", build_graph, model, inputs)
+    model = _stage("init", "Model(*get_init_inputs())", seeded, lambda: module.Model(*init_inputs))
+    shapes = _stage("inputs", "get_inputs()", fake_inputs, module.get_inputs, job.seed, fake_mode())
+    _stage("forward", "Model.forward", _forward, model, shapes)
+    graph = _stage("graph", "building the op graph", build_graph, model, shapes)
     classification = _stage("graph", "classifying the graph", classify, graph)
     chains = _stage("graph", "finding epilogue chains", epilogue_chains, graph)
     target = job.roofline_device or job.device
     peaks = _stage("roofline", "reading device peaks", lambda: device_peaks(target, measure=job.measure_peaks))
     line = _stage("roofline", "the roofline", lambda: roofline(graph, peaks))
-    report = None
+    report, profile_error = None, None
     if job.profile:
-        report = _stage("profile", "profiling", lambda: profile_reference(model, inputs, dev, job.warmup, job.iters))
+        try:
+            inputs = draw_inputs(module.get_inputs, job.seed, dev)
+            report = profile_reference(model.to(dev), inputs, dev, job.warmup, job.iters)
+        except Exception as e:  # a measurement: its failure costs the record the profile, nothing else
+            log.debug("profiling failed", exc_info=True)
+            profile_error = f"profiling raised {one_line(e)}"
     return TaskAnalysis(
         task_id=job.task_id, device=str(dev), size=job.size, torch_version=torch.__version__,
         device_name=torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         graph=summarize(graph), classification=classification, chains=chains, roofline=line,
         roofline_local=job.roofline_device is None or job.roofline_device == job.device,
-        profile=report, full_graph=graph if job.full_graph else None, seconds=time.monotonic() - start)
+        profile=report, profile_error=profile_error, full_graph=graph if job.full_graph else None,
+        seconds=time.monotonic() - start)

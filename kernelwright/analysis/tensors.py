@@ -73,8 +73,11 @@ def jsonable(value: Any) -> Any:
 
 
 def shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """By storage identity, not address: a fake tensor's storage has none (every one reads 0)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
     try:
-        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.numel() > 0
+        return StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage()) and a.numel() > 0
     except (RuntimeError, NotImplementedError):  # tensor subclasses without storage
         return False
 

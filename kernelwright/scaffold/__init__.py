@@ -59,8 +59,8 @@ def _key(task: Task, size: str) -> str:
     return hashlib.sha256(f"{size}\0{task.id}\0{task.source}".encode()).hexdigest()
 
 
-def _job(task: Task, size: str, device: str) -> PlanJob:
-    return PlanJob(task_id=task.id, source=task.source, path=task.path, size=size, device=device)
+def _job(task: Task, size: str) -> PlanJob:
+    return PlanJob(task_id=task.id, source=task.source, path=task.path, size=size)
 
 
 def _result(task: Task, reply: dict | None, code: int, tail: str) -> ScaffoldPlan:
@@ -77,7 +77,9 @@ def _remember(task: Task, size: str, plan: ScaffoldPlan) -> ScaffoldPlan:
 
 
 def plan_task(task: Task, size: str = "small", timeout: float = DEFAULT_TIMEOUT_S, device: str = "cpu") -> ScaffoldPlan:
-    """The task's plan, from the cache or a planning child on `device`. A task whose planning
+    """The task's plan, from the cache or a planning child. The child plans on the CPU from shapes
+    whatever `device` the task runs on (plan.py), so the plan is the same on any machine and any
+    amount of free memory; `device` is taken so that callers need not know. A task whose planning
     fails (its code raised, the child crashed) gets a plan that says why, cached like any other:
     every cell of a study would fail the same way. Only a timeout raises ScaffoldError (and is
     tried again next time: a loaded machine may be the cause)."""
@@ -85,7 +87,7 @@ def plan_task(task: Task, size: str = "small", timeout: float = DEFAULT_TIMEOUT_
         if _key(task, size) in _cache:
             return _cache[_key(task, size)]
     try:
-        reply, code, tail = run_json_child("kernelwright.scaffold", _job(task, size, device).model_dump_json(),
+        reply, code, tail = run_json_child("kernelwright.scaffold", _job(task, size).model_dump_json(),
                                            timeout, {"KERNELWRIGHT_SIZE": size})
     except ChildTimeout as e:
         raise ScaffoldError(f"{task.id}: scaffold planning: {e}") from None
@@ -101,7 +103,7 @@ def plan_tasks(tasks: list[Task], size: str = "small", timeout: float = DEFAULT_
     with _lock:
         todo = [t for t in dict.fromkeys(tasks, None) if _key(t, size) not in _cache]
     if len(todo) > 1:
-        batch = PlanBatch(jobs=[_job(t, size, device) for t in todo])
+        batch = PlanBatch(jobs=[_job(t, size) for t in todo])
         try:
             reply, _, _ = run_json_child("kernelwright.scaffold", batch.model_dump_json(),
                                          timeout * len(todo), {"KERNELWRIGHT_SIZE": size})

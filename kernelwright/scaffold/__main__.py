@@ -26,9 +26,8 @@ def handle(text: str) -> dict:
 
 
 def plan_one(job) -> dict:
-    import torch
-
-    from kernelwright.measure.draw import draw_inputs, seed_all
+    from kernelwright.analysis.shapes import fake_inputs, fake_mode
+    from kernelwright.measure.draw import seed_all
     from kernelwright.scaffold.compose import plan
 
     try:
@@ -37,12 +36,13 @@ def plan_one(job) -> dict:
         if missing:
             return {"ok": False, "stage": "load", "error": f"the task source defines no {missing[0]}"}
         seed_all(job.seed)
-        device = torch.device(job.device if job.device == "cpu" or torch.cuda.is_available() else "cpu")
-        model = module.Model(*module.get_init_inputs()).to(device)
-        inputs = draw_inputs(module.get_inputs, job.seed, device)
+        # on the CPU, whatever device the task runs on: the inputs are fake (shapes only) and the
+        # values the plan checks are a reduced run's (reduce.py), so no full-size tensor is allocated
+        model = module.Model(*module.get_init_inputs())
+        inputs = fake_inputs(module.get_inputs, job.seed, fake_mode())
     except Exception as e:  # the task's own code failed: one line for the caller
         return {"ok": False, "stage": "load", "error": one_line(e)}
-    result = plan(job.task_id, module, model, inputs, job.source)
+    result = plan(job.task_id, module, model, inputs, job.source, job.seed)
     return {"ok": True, "plan": result.model_dump(mode="json")}
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from torch import nn
 
+from kernelwright.measure.draw import SEED
 from kernelwright.scaffold.gemm_plan import plan_gemm
 from kernelwright.scaffold.gemm_skeleton import write_triton_gemm
 from kernelwright.scaffold.plan import plan_segment
@@ -16,10 +17,12 @@ from kernelwright.scaffold.skeleton import write_segment
 from kernelwright.scaffold.types import Scaffold, ScaffoldPlan, SegmentKind
 
 
-def plan(task_id: str, module: Any, model: nn.Module, inputs: Sequence[Any], source: str) -> ScaffoldPlan:
-    """The scaffold plan for ``model`` (built from ``module``'s ``Model``) on ``inputs``."""
-    result, covered, values = plan_segment(task_id, module, model, inputs, source)
-    if values:
+def plan(task_id: str, module: Any, model: nn.Module, inputs: Sequence[Any], source: str,
+         seed: int = SEED) -> ScaffoldPlan:
+    """The scaffold plan for ``model`` (built from ``module``'s ``Model``) on ``inputs`` (fake tensors
+    of the size planned for: plan.py)."""
+    result, covered, values = plan_segment(task_id, module, model, inputs, source, seed)
+    if values is not None:
         # The GEMM alternative (Triton's skeleton takes the GEMM into the kernel): planned on its own
         # trace, as the segment's rewrite changed that one; a failure there leaves the plan as it is.
         result.gemm = plan_gemm(task_id, module, model, inputs, values, source, covered)

@@ -46,6 +46,7 @@ from kernelwright.scaffold.plan import (
     _rewrite,
     _segment,
     _Unsupported,
+    Values,
 )
 from kernelwright.scaffold.probes import probe
 from kernelwright.scaffold.types import GemmSpec, KernelArg, ScaffoldPlan, Segment, SegmentKind
@@ -72,7 +73,7 @@ class _Gemm:
     module_note: str = ""
 
 
-def plan_gemm(task_id: str, module: Any, model: nn.Module, inputs: Any, values: dict[str, Any], source: str,
+def plan_gemm(task_id: str, module: Any, model: nn.Module, inputs: Any, values: Values, source: str,
               covered: set[str]) -> Optional[ScaffoldPlan]:
     """The GEMM alternative, or None (no GEMM, none that covers today's segment, or a failure here,
     which must never cost the task today's plan)."""
@@ -83,17 +84,17 @@ def plan_gemm(task_id: str, module: Any, model: nn.Module, inputs: Any, values: 
         return None
 
 
-def _plan(task_id: str, module: Any, model: nn.Module, inputs: Any, values: dict[str, Any], source: str,
+def _plan(task_id: str, module: Any, model: nn.Module, inputs: Any, values: Values, source: str,
           covered: set[str]) -> Optional[ScaffoldPlan]:
     gm, graph = trace_fx(model, inputs)
-    if any(n.name not in values for n in gm.graph.nodes if n.op != "output"):
+    if any(n.name not in values.shapes for n in gm.graph.nodes if n.op != "output"):
         return None  # a trace that does not name its nodes as the first one did
     info = {n.name: n for n in graph.nodes}
     options = []
     for node in gm.graph.nodes:
         if node.name not in info or info[node.name].role != Role.COMPUTE:
             continue
-        gemm = _operands(gm, node, values)
+        gemm = _operands(gm, node, values.shapes)
         if gemm is None:
             continue
         epilogue = _epilogue(model, gm, gemm, info, values)
@@ -101,15 +102,15 @@ def _plan(task_id: str, module: Any, model: nn.Module, inputs: Any, values: dict
         if not covered <= nodes:
             continue
         work = sum(1 for n in epilogue[0].nodes if info[n.name].role == Role.COMPUTE) if epilogue else 0
-        out = values[node.name]
+        out = values.shapes[node.name]
         flops = out.numel() * gemm.a[1].shape[-1]
         options.append(((work, flops), gemm, epilogue))
     if not options:
         return None
     _, gemm, epilogue = max(options, key=lambda o: o[0])
-    seg, cand = _gemm_segment(gm, gemm, epilogue, values)
+    seg, cand = _gemm_segment(gm, gemm, epilogue, values.shapes)
     # the probes first: they read the epilogue's nodes, which the rewrite erases
-    probes = _probes(gm, epilogue[1], epilogue[0]) if epilogue else _identity_probes(seg, values[gemm.node.name])
+    probes = _probes(gm, epilogue[1], epilogue[0]) if epilogue else _identity_probes(seg, values.real[gemm.node.name])
     call = [gemm.a[0], gemm.b[0]] + ([gemm.bias[0]] if gemm.bias else []) + [a.origin for a in seg.extras]
     try:
         prelude, model_new = _rewrite(gm, model, seg, cand, source, module.__name__, call=call)
@@ -202,7 +203,7 @@ def _shapes_fit(g: _Gemm, out: torch.Tensor) -> bool:
 # ---- the epilogue --------------------------------------------------------------------------------
 
 def _epilogue(model: nn.Module, gm: fx.GraphModule, g: _Gemm, info: dict[str, OpNode],
-              values: dict[str, Any]) -> Optional[tuple[_Candidate, Segment]]:
+              values: Values) -> Optional[tuple[_Candidate, Segment]]:
     """The elementwise run with the most work that reads the GEMM's output as its main input and
     holds every reader of it."""
     readers = {u.name for u in g.node.users}

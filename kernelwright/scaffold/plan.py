@@ -1,6 +1,8 @@
 """Find the region a kernel should replace, and write the ModelNew around it (child-process side).
 
-Runs on a traced reference (torch.fx + one run on the example inputs):
+Runs on a traced reference (torch.fx + one run on the example inputs, fake: shapes, dtypes and the
+segment's code come from the full-size trace without allocating it; the checks that need values
+run on a reduced copy of the same run on the CPU, reduce.py):
 
 1. Candidate segments are connected runs of elementwise / reduction / normalization nodes
    (casts and no-op calls included) with exactly one value leaving the run.
@@ -26,15 +28,20 @@ import logging
 import math
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
 from torch import fx, nn
 
 from kernelwright.analysis import ops
-from kernelwright.analysis.graph import trace_fx
+from kernelwright.analysis.graph import ShapeError, trace_fx
+from kernelwright.analysis.shapes import fake_mode_of
 from kernelwright.analysis.types import OpGraph, OpKind, OpNode, Role
+from kernelwright.measure.draw import SEED
+from kernelwright.child import one_line
 from kernelwright.scaffold.probes import constants, probe
+from kernelwright.scaffold.reduce import reduce
 from kernelwright.scaffold.semantics import notes_for
 from kernelwright.scaffold.types import KernelArg, Probes, ScaffoldPlan, Segment, SegmentKind
 
@@ -62,34 +69,76 @@ class _Fused:
 _FUSED = _Fused()
 
 
+class NoValues(Exception):
+    """The reduced run cannot be made (reduce.py says why)."""
+
+
+@dataclass
+class Values:
+    """Every fx node's value twice: ``shapes`` from the full-size run (fake tensors: what the plan
+    says about shapes, and the constants its code bakes in) and ``real`` from the reduced run
+    (real tensors on the CPU: what its checks and probes compute on), run when first asked for:
+    a module with no candidate segment needs none. ``rows_of(node, k)`` is another reduced run in
+    which the last ``k`` dims of ``node`` keep their full sizes: a row segment's probes are rows of
+    the length the evaluator's are (a region that counts masked lanes is wrong only on some)."""
+
+    shapes: dict[str, Any]
+    _reduce: Callable[[Optional[tuple[str, int]]], Any]
+    _real: Optional[dict[str, Any]] = None
+
+    @property
+    def real(self) -> dict[str, Any]:
+        if self._real is None:
+            self._real = self._values(None)
+        return self._real
+
+    def rows_of(self, node: str, k: int) -> dict[str, Any]:
+        return self._values((node, k))
+
+    def _values(self, keep: Optional[tuple[str, int]]) -> dict[str, Any]:
+        reduced = self._reduce(keep)
+        if isinstance(reduced, str):
+            raise NoValues(reduced)
+        return reduced
+
+
 def plan_segment(task_id: str, module: Any, model: nn.Module, inputs: Sequence[Any],
-                 source: str) -> tuple[ScaffoldPlan, set[str], dict[str, Any]]:
+                 source: str, seed: int = SEED) -> tuple[ScaffoldPlan, set[str], Optional[Values]]:
     """The plan of the best elementwise/row segment for ``model`` (built from ``module``'s ``Model``)
-    on ``inputs``, the fx nodes it covers, and the traced values (compose.plan adds the GEMM
-    alternative on top)."""
+    on ``inputs`` (fake, drawn by ``module.get_inputs``), the fx nodes it covers, and the traced
+    values (compose.plan adds the GEMM alternative on top)."""
     try:
         gm, graph = trace_fx(model, inputs)
+    except ShapeError as e:
+        return _none(task_id, f"forward fails on its inputs' shapes ({one_line(e)}); "
+                              "the model writes the whole program"), set(), None
     except Exception as e:  # control flow on shapes etc.: no graph to rewrite
-        first = (str(e).strip().splitlines() or [""])[0][:160]
-        return _none(task_id, f"forward does not trace with torch.fx ({type(e).__name__}: {first}); "
-                              "the model writes the whole program"), set(), {}
-    values = _run_keeping_values(gm, inputs)
-    result, covered = _plan_segment(task_id, module, model, gm, graph, values, source)
+        return _none(task_id, f"forward does not trace with torch.fx ({one_line(e)}); "
+                              "the model writes the whole program"), set(), None
+    def real(keep: Optional[tuple[str, int]]) -> dict[str, Any] | str:
+        reduced = reduce(gm, model, inputs, module.get_inputs, seed, keep)
+        return reduced if isinstance(reduced, str) else _run_keeping_values(gm, reduced.inputs)
+
+    values = Values(shapes=_run_keeping_values(gm, inputs), _reduce=real)
+    try:
+        result, covered = _plan_segment(task_id, module, model, gm, graph, values, source)
+    except NoValues as e:
+        return _none(task_id, f"no values to check a segment on: {e}; the model writes the whole program"), set(), None
     return result, covered, values
 
 
 def _plan_segment(task_id: str, module: Any, model: nn.Module, gm: fx.GraphModule, graph: OpGraph,
-                  values: dict[str, Any], source: str) -> tuple[ScaffoldPlan, set[str]]:
+                  values: Values, source: str) -> tuple[ScaffoldPlan, set[str]]:
     """The plan of the best segment, and the fx nodes that segment covers (none without one)."""
     found = _best_segment(model, gm, graph, values)
     if isinstance(found, str):
         return _none(task_id, found), set()
     seg, chosen = found
+    probes = _probes(gm, seg, chosen, values)  # first: a row segment's probes run gm, which the rewrite changes
     try:
         prelude, model_new = _rewrite(gm, model, seg, chosen, source, module.__name__)
     except _Unsupported as e:
         return _none(task_id, f"cannot print the rewritten forward: {e}; the model writes the whole program"), set()
-    probes = _probes(gm, seg, chosen)
     what = " -> ".join(seg.targets)
     where = (f"one row of {seg.cols} values per program ({seg.rows} rows)" if seg.kind == SegmentKind.ROW
              else f"{math.prod(seg.out_shape)} elements")
@@ -97,11 +146,23 @@ def _plan_segment(task_id: str, module: Any, model: nn.Module, gm: fx.GraphModul
                         segment=seg, prelude=prelude, model_new=model_new, probes=probes), set(seg.nodes)
 
 
-def _probes(gm: fx.GraphModule, seg: Segment, cand: "_Candidate") -> Optional[Probes]:
+def _probes(gm: fx.GraphModule, seg: Segment, cand: "_Candidate", values: Optional[Values] = None
+            ) -> Optional[Probes]:
     """The pre-check's probes; a plan without them is still a plan (the pre-check then answers
     `unsupported` and the evaluator decides)."""
     assert cand.run is not None
     sub, call_args, call_names, main_pos, fixed = cand.run
+    if seg.kind == SegmentKind.ROW and values is not None:
+        srcs = cand.srcs
+        try:  # rows of their full length, fewer of them
+            rows = values.rows_of(srcs[main_pos].name, seg.row_dims)
+            sub = _subgraph(gm, cand, cand.outs[0], srcs, rows)
+            call_args = [rows[n.name] for n in srcs]
+        except NoValues:
+            log.info("row probes from the reduced run: %s", seg.targets)
+        main = call_args[main_pos]
+        cols = math.prod(main.shape[main.dim() - seg.row_dims:])
+        seg = seg.model_copy(update={"cols": cols, "rows": main.numel() // max(1, cols)})
     try:
         return probe(seg, sub, call_args, call_names, main_pos, fixed, constants(gm, cand.nodes, seg.targets))
     except Exception:  # a segment whose ops reject the probe values: no pre-check for it
@@ -121,7 +182,7 @@ class _Unsupported(Exception):
 
 def _run_keeping_values(gm: fx.GraphModule, inputs: Sequence[Any]) -> dict[str, Any]:
     interp = fx.Interpreter(gm, garbage_collect_values=False)
-    with torch.no_grad():
+    with torch.no_grad(), fake_mode_of(inputs):
         interp.run(*inputs)
     return {n.name: v for n, v in interp.env.items()}
 
@@ -143,6 +204,7 @@ class _Candidate:
         self.nodes = nodes
         # how the run was re-run on its own (set once it passes): what the probes need
         self.run: Optional[tuple[fx.GraphModule, list[torch.Tensor], list[str], int, dict[str, torch.Tensor]]] = None
+        self.srcs: list[fx.Node] = []  # the fx nodes of the run's call arguments, in order
         self.names = {n.name for n in nodes}
         # what a node's metadata is (`h.dtype` in `.to(h.dtype)`) is fixed when the graph is traced,
         # not a value the run must hand out: such reads, used only inside the run, are part of it.
@@ -165,7 +227,7 @@ def _metadata_read(n: fx.Node) -> bool:
 
 
 def _best_segment(model: nn.Module, gm: fx.GraphModule, graph: OpGraph,
-                  values: dict[str, Any]) -> tuple[Segment, _Candidate] | str:
+                  values: Values) -> tuple[Segment, _Candidate] | str:
     info = {n.name: n for n in graph.nodes}
     order = [n for n in gm.graph.nodes if n.name in info and _allowed(info[n.name])]
     if not order:
@@ -212,13 +274,15 @@ def _components(order: list[fx.Node]) -> list[list[fx.Node]]:
 
 
 def _segment(model: nn.Module, gm: fx.GraphModule, cand: _Candidate, info: dict[str, OpNode],
-             values: dict[str, Any], main_origin: Optional[str] = None) -> Segment | str:
+             values: Values, main_origin: Optional[str] = None) -> Segment | str:
     """The run as a segment, or why not. ``main_origin``: the value that must be its main input
-    (a GEMM's output, for the epilogue of a `gemm` segment); else the largest tensor it reads."""
+    (a GEMM's output, for the epilogue of a `gemm` segment); else the largest tensor it reads.
+    Shapes and dtypes are the full-size run's; the run alone and its layout are measured on the
+    reduced one."""
     if len(cand.outs) != 1:
         return f"{len(cand.outs)} values leave the run"
     out_node = cand.outs[0]
-    out = values[out_node.name]
+    out = values.shapes[out_node.name]
     if not isinstance(out, torch.Tensor) or out.dtype not in FLOAT_DTYPES:
         return "the run's result is not a float tensor"
     # What the run reads: fx values from outside it, and the parameters of modules it calls.
@@ -229,7 +293,7 @@ def _segment(model: nn.Module, gm: fx.GraphModule, cand: _Candidate, info: dict[
             if inp.name not in cand.names and inp.name not in seen:
                 seen.add(inp.name)
                 origin = str(inp.target) if inp.op == "get_attr" else inp.name
-                externals.append((origin, values.get(inp.name), inp))
+                externals.append((origin, values.shapes.get(inp.name), inp))
         if n.op == "call_module":
             for pname, p in _module_tensors(gm.get_submodule(str(n.target))):
                 externals.append((f"{n.target}.{pname}", p.detach(), None))
@@ -255,18 +319,19 @@ def _segment(model: nn.Module, gm: fx.GraphModule, cand: _Candidate, info: dict[
                 return f"{o} {list(v.shape)} does not broadcast to the main input {list(main.shape)}"
         except RuntimeError:
             return f"{o} {list(v.shape)} does not broadcast to the main input {list(main.shape)}"
-    sub = _subgraph(gm, cand, out_node, [src for _, _, src in tensors if src is not None], values)
-    call_args = [v for _, v, src in tensors if src is not None]
+    sub = _subgraph(gm, cand, out_node, [src for _, _, src in tensors if src is not None], values.real)
+    call_args = [values.real[src.name] for _, _, src in tensors if src is not None]
+    real_out = values.real[out_node.name]
     with torch.no_grad():
         again = sub(*call_args)
-    if not _same(again, out):
+    if not _same(again, real_out):
         return "re-running the run alone does not reproduce its value"
     elementwise = all(info[n.name].kind == OpKind.ELEMENTWISE or info[n.name].role == Role.NOOP for n in cand.nodes)
     main_pos = [src for _, _, src in tensors if src is not None].index(tensors[main_i][2]) \
         if tensors[main_i][2] is not None else None
     if main_pos is None:
         return "the main input is a parameter of a module call inside the run"
-    layout = _layout(sub, call_args, main_pos, out, elementwise)
+    layout = _layout(sub, call_args, main_pos, real_out, elementwise)
     if isinstance(layout, str):
         return layout
     kind, k, per_row, keepdim = layout
@@ -276,10 +341,11 @@ def _segment(model: nn.Module, gm: fx.GraphModule, cand: _Candidate, info: dict[
             for i, (o, v, _) in enumerate(tensors)]
     args.sort(key=lambda a: not a.main)  # the main input first: every signature the skeletons write
     cols = math.prod(main.shape[main.dim() - k:]) if kind == SegmentKind.ROW else 1
-    lines, module_notes = _torch_lines(gm, cand, out_node, tensors, names, values)
+    lines, module_notes = _torch_lines(gm, cand, out_node, tensors, names, values.shapes)
     call_names = [names[i] for i, (_, _, src) in enumerate(tensors) if src is not None]
     fixed = {names[i]: v for i, (_, v, src) in enumerate(tensors) if src is None}
     cand.run = (sub, call_args, call_names, main_pos, fixed)
+    cand.srcs = [src for _, _, src in tensors if src is not None]
     targets = [info[n.name].target for n in cand.nodes if info[n.name].role == Role.COMPUTE]
     return Segment(kind=kind, nodes=[n.name for n in cand.nodes], targets=targets, args=args,
                    out_shape=list(out.shape), out_dtype=FLOAT_DTYPES[out.dtype], row_dims=k,

@@ -15,7 +15,6 @@ class PlanJob(BaseModel):
     path: Optional[str] = None
     size: str = "small"
     seed: int = SEED  # the evaluator's default seed
-    device: str = "cpu"  # where the reference runs while planning: full-size tasks are slow on a CPU
 
 
 class PlanBatch(BaseModel):

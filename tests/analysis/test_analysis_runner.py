@@ -88,3 +88,57 @@ def test_resolve_size():
     assert resolve_size("cuda", "small") == "small"
     with pytest.raises(ValueError):
         resolve_size("cpu", "huge")
+
+
+# 65536 x 262144 fp32: 64 GiB, more than this machine (or one GPU) has
+HUGE = '''
+import torch
+
+batch_size = 65536
+dim = 262144
+
+
+class Model(torch.nn.Module):
+    def forward(self, A, s):
+        return torch.softmax(A * s, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim), 2.5]
+
+
+def get_init_inputs():
+    return []
+'''
+
+NOT_POSITIVE_DEFINITE = '''
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.linalg.cholesky(-x @ x.mT)
+
+
+def get_inputs():
+    return [torch.randn(2, 8, 8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_the_graph_comes_from_shapes_at_any_size_and_a_scalar_input_is_an_input():
+    analysis = _in_process(Task(id="test/huge", name="huge", source=HUGE), profile=False)
+    assert [t.shape for t in analysis.graph.inputs] == [[batch_size := 65536, 262144]]
+    assert analysis.graph.outputs[0].shape == [batch_size, 262144]
+    assert analysis.graph.ops == ["mul", "softmax"]
+
+
+def test_a_profile_that_fails_costs_the_record_only_its_profile():
+    # cholesky fails on the values only: the shapes are fine, the measurement is not
+    analysis = _in_process(Task(id="test/npd", name="npd", source=NOT_POSITIVE_DEFINITE), profile=True,
+                           measure_peaks=False, warmup=0, iters=1)
+    assert analysis.profile is None and analysis.graph.ops
+    assert analysis.profile_error is not None and "linalg" in analysis.profile_error.lower()
