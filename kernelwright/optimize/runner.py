@@ -67,7 +67,7 @@ def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget:
 
     progress(Step("profiling the reference"))
     try:
-        analysis = analyze(task, device=opts.device)
+        analysis = analyze(task, device=opts.device, size=opts.size)
     except AnalysisError as e:
         raise InputError(f"{task.path}: profiling the reference failed: {e}") from None
     facts = _facts(task, analysis, facts_path)
@@ -79,7 +79,8 @@ def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget:
     if budget.left() > MIN_BASELINE_S:
         progress(Step("timing eager and torch.compile"))
         outcome.baseline = baseline_mod.measure(task, opts.device, opts.iters,
-                                                timeout=max(MIN_BASELINE_S, min(opts.baseline_timeout, budget.left())))
+                                                timeout=max(MIN_BASELINE_S, min(opts.baseline_timeout, budget.left())),
+                                                size=opts.size)
     else:  # the budget bounds wall time, the baselines included
         outcome.baseline = Baseline(error="skipped: the budget was spent before the baselines")
 

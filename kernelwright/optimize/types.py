@@ -35,6 +35,7 @@ class Options(BaseModel):
     time: bool = True  # off only in tests whose replayed prompts must not depend on timings
     baseline_timeout: float = 300.0
     executor: str = "direct"  # where candidates are evaluated (executors/): direct, local (the pool) or ray
+    size: str = EvalConfig.size  # the problem size (tasks/sizing.py); the task arrives sized to it
 
 
 class Baseline(BaseModel):
