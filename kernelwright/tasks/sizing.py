@@ -10,7 +10,8 @@ halving the largest until the problem fits a bound: `choose`) and writes them in
 (`rewrite`), so the reference, the candidate and the plan all run one problem.
 
 Rules kept by the values chosen:
-* one original value, one derived value: `in_channels = out_channels = 64` stay equal;
+* one original value, one derived value: `in_channels = out_channels = 64` stay equal (a batch
+  size apart: it changes on its own);
 * a scaled size stays a multiple of every kept constant (except paddings, strides and dilations)
   that divided it: `num_groups = 8` still divides `out_channels`, `num_heads` the embedding;
 * a floor: a batch keeps at least 2 rows, another size at least 16 (or its own value if smaller).
@@ -47,9 +48,10 @@ SMALL_FLOPS = 2e8
 MIN_SCALABLE = 16  # a smaller constant is a count or an axis more often than a size: kept
 FLOOR_BATCH = 2
 FLOOR_DIM = 16
-_KEEP = re.compile(r"kernel|stride|pad|dilat|group|head|window|pool|layer|num_|axis|order|rank|expert|seed|eps|topk",
+_KEEP = re.compile(r"kernel|stride|pad|dilat|group|head|window|pool|layer|axis|order|rank|expert|seed|eps|topk",
                    re.IGNORECASE)
-_NOT_DIVISOR = re.compile(r"stride|pad|dilat", re.IGNORECASE)
+# kept counts that split a size into equal parts: the size stays a multiple of them
+_DIVISOR = re.compile(r"group|head|pool|window|expert", re.IGNORECASE)
 _BATCH = re.compile(r"batch", re.IGNORECASE)
 
 
@@ -237,10 +239,12 @@ def classify(key: str, value: int) -> Role:
     base = key.split("[")[0]
     m = _KEEP.search(base)
     if m:
-        return Role(False, f"named as a {m.group(0).lower().rstrip('_')} (its value is part of the operation)")
+        return Role(False, f"'{m.group(0).lower()}' in its name: part of the operation, not of its size")
+    if _BATCH.search(base):
+        return Role(value >= 2 * FLOOR_BATCH, "batch", batch=True)
     if value < MIN_SCALABLE:
         return Role(False, f"below {MIN_SCALABLE}: a count or an axis as often as a size")
-    return Role(True, "batch" if _BATCH.search(base) else "size", batch=bool(_BATCH.search(base)))
+    return Role(True, "size")
 
 
 @dataclass
@@ -292,19 +296,19 @@ def plan(slots: list[Slot], values: dict[str, int]) -> Plan:
     """Classify every slot with a known integer value and group the scaled ones by value."""
     p = Plan(slots=[s for s in slots if s.key in values], values=dict(values))
     kept: list[tuple[str, int]] = []
-    by_value: dict[int, SizeClass] = {}
+    by_value: dict[tuple[int, bool], SizeClass] = {}
     for s in p.slots:
         role = classify(s.key, values[s.key])
         p.roles[s.key] = role
         if not role.scaled:
             kept.append((s.key, values[s.key]))
             continue
-        c = by_value.setdefault(values[s.key], SizeClass(original=values[s.key], keys=[], batch=False))
+        c = by_value.setdefault((values[s.key], role.batch),
+                                SizeClass(original=values[s.key], keys=[], batch=role.batch))
         c.keys.append(s.key)
-        c.batch = c.batch or role.batch
     for c in by_value.values():
         for key, v in kept:
-            if v > 1 and c.original % v == 0 and not _NOT_DIVISOR.search(key):
+            if v > 1 and c.original % v == 0 and _DIVISOR.search(key):
                 c.multiple = c.multiple * v // math.gcd(c.multiple, v)
     p.classes = sorted(by_value.values(), key=lambda c: -c.original)
     return p
@@ -332,9 +336,9 @@ class Measured:
 Measure = Callable[[dict[str, int]], "Measured | str"]  # an error in words where the module failed
 
 
-def _fits(m: Measured, req: SizeRequest) -> bool:
+def _fits(m: Measured, req: SizeRequest, flops: bool = True) -> bool:
     return ((req.max_bytes is None or m.total <= req.max_bytes)
-            and (req.max_flops is None or m.flops is None or m.flops <= req.max_flops))
+            and (not flops or req.max_flops is None or m.flops is None or m.flops <= req.max_flops))
 
 
 def _mb(n: float) -> str:
@@ -342,52 +346,63 @@ def _mb(n: float) -> str:
 
 
 def choose(p: Plan, req: SizeRequest, measure: Measure, first: Measured, where: str) -> Measured:
-    """Set the classes' halvings for `req` and return the problem measured there. Budget: halve the
-    largest class still able to shrink until the problem fits; a step whose forward fails (a
-    spatial size below what a kernel needs) is taken back and that class frozen. Raises
-    SizingError when even the smallest allowed problem is over the bound."""
+    """Set the classes' halvings for `req` and return the problem measured there.
+
+    Budget: halve the largest class still able to shrink until the problem fits. A step whose
+    forward fails (a spatial size below what a kernel needs, two sizes that must stay equal such as
+    a LayerNorm's width and the channels that make it) is tried again as one step of every class
+    together (which keeps such relations), and where that fails too the class is frozen. The FLOP
+    bound is a target: where the kept constants and floors stop short of it, the smallest problem
+    is taken. Raises SizingError when even that is over the memory bound."""
     if req.mode == "factor":
         assert req.factor is not None
-        for c in p.classes:
-            c.halvings = 0
         scaled = {k: c.at(req.factor) for c in p.classes for k in c.keys}
         got = measure({**p.values, **scaled})
         if isinstance(got, str):
             raise SizingError(f"{where}: at {req.size} of its size the module fails: {got}")
-        for c in p.classes:  # record the factor's values as the classes' own
-            c.original, c.halvings = c.at(req.factor), 0
+        for c in p.classes:  # the factor's values become the classes' own (the second shape halves them)
+            c.original = c.at(req.factor)
         return got
     if req.mode != "budget":
         return first
     now = first
+
+    def works(got: Measured | str) -> bool:
+        return not isinstance(got, str) and not (got.forward_error and not now.forward_error)
+
     while not _fits(now, req):
-        live = [c for c in p.classes if not c.frozen]
+        live = [c for c in p.classes if not c.frozen and c.at(Fraction(1, 2 ** (c.halvings + 1))) != c.value()]
+        for c in p.classes:
+            c.frozen = c.frozen or c not in live
         if not live:
-            bound = _mb(req.max_bytes or 0) + (f" and {req.max_flops:.3g} FLOPs" if req.max_flops else "")
-            raise SizingError(f"{where}: needs {_mb(now.total)} of inputs, outputs and parameters"
-                              + (f" and {now.flops:.3g} FLOPs a forward" if now.flops else "")
-                              + f" at the smallest size its kept constants allow, over the bound of {bound}; "
-                              "run it with --size full on a larger machine")
+            if _fits(now, req, flops=False):
+                break  # the FLOP target is out of reach: the smallest problem it allows
+            raise SizingError(f"{where}: needs {_mb(now.total)} of inputs, outputs and parameters at the smallest "
+                              f"size its kept constants allow, over the bound of {_mb(req.max_bytes or 0)}; run it "
+                              "with --size full on a machine with more memory")
         c = max(live, key=lambda c: (c.value(), not c.batch, c.original))
-        before = c.value()
         c.halvings += 1
-        if c.value() == before:
-            c.halvings -= 1
-            c.frozen = True
-            continue
         got = measure(p.assignment())
-        if isinstance(got, str) or (got.forward_error and not now.forward_error):
-            c.halvings -= 1
-            c.frozen = True
+        if works(got):
+            now = got  # type: ignore[assignment]
             continue
-        now = got
+        c.halvings -= 1
+        for other in live:
+            other.halvings += 1
+        got = measure(p.assignment())
+        if works(got):
+            now = got  # type: ignore[assignment]
+            continue
+        for other in live:
+            other.halvings -= 1
+        c.frozen = True
     return now
 
 
-def second_shape(p: Plan, measure: Measure) -> tuple[dict[str, int], Optional[Measured], str]:
+def second_shape(p: Plan, measure: Measure, req: SizeRequest) -> tuple[dict[str, int], Optional[Measured], str]:
     """A second assignment for the check of shapes the kernel never saw: the batch and the largest
     other size each halved (or doubled back where halving cannot change it), the forward still
-    running. Returns (assignment, measured, why) where the assignment equals the first when there
+    running and the problem within the memory bound. Returns (assignment, measured, why) where the assignment equals the first when there
     is no such shape, and `why` says which sizes changed or why none could."""
     base = p.assignment()
     changed: list[str] = []
@@ -408,12 +423,21 @@ def second_shape(p: Plan, measure: Measure) -> tuple[dict[str, int], Optional[Me
             if trial == now:
                 continue
             got = measure(trial)
-            if isinstance(got, str) or got.forward_error:
+            if isinstance(got, str) or got.forward_error or not _fits(got, req, flops=False):
                 continue
             now, last = trial, got
             changed.append(f"{'/'.join(c.keys)} {base[c.keys[0]]}->{trial[c.keys[0]]}")
             break
-    if last is None:
+    if last is None:  # sizes that must change together (a LayerNorm's width and the channels before it)
+        for step in (1, -1):
+            if any(c.halvings + step < 0 for c in p.classes):
+                continue
+            trial = {**base, **{k: c.at(Fraction(1, 2 ** (c.halvings + step))) for c in p.classes for k in c.keys}}
+            got = measure(trial) if trial != base else "unchanged"
+            if not isinstance(got, str) and not got.forward_error and _fits(got, req, flops=False):
+                return trial, got, "every size together: " + ", ".join(
+                    f"{'/'.join(c.keys)} {base[c.keys[0]]}->{trial[c.keys[0]]}" for c in p.classes
+                    if trial[c.keys[0]] != base[c.keys[0]])
         return base, None, "no other size of its constants runs the forward"
     return now, last, ", ".join(changed)
 

@@ -137,7 +137,7 @@ def size_one(job: SizingJob) -> SizingReply:
         chosen = sz.choose(p, req, measure, original, job.where)
     except sz.SizingError as e:
         return SizingReply(error=str(e))
-    second, second_m, why = sz.second_shape(p, measure)
+    second, second_m, why = sz.second_shape(p, measure, req)
     record = sz.sizing_record(req, p, chosen, original if req.mode in ("budget", "factor") else None,
                               second, second_m, why, values)
     return SizingReply(source=sz.rewrite(job.source, p.slots, p.assignment(), values), sizing=record)
