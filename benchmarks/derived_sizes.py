@@ -3,7 +3,7 @@ markdown table: which constants changed, the inputs, the bytes and FLOPs before 
 second shape a correct candidate is checked at.
 
 With --evaluate, each problem's reference is also evaluated as its own candidate (`ModelNew =
-Model`) at the derived size, through the real evaluator on this machine (sandbox, correctness,
+Model`, renamed) at the derived size, through the real evaluator on this machine (sandbox, correctness,
 timing, the second-shape check), and the wall time of each evaluation is added: the size is usable
 when every problem evaluates in seconds and none is killed at the memory limit.
 
@@ -13,6 +13,8 @@ when every problem evaluates in seconds and none is killed at the memory limit.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -59,6 +61,9 @@ def main() -> int:
     ap.add_argument("--size", default="small")
     ap.add_argument("--evaluate", action="store_true", help="evaluate each reference as its own candidate")
     ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--iters", type=int, default=EvalConfig.iters, help="timed calls per module")
+    ap.add_argument("--warmup", type=int, default=EvalConfig.warmup)
+    ap.add_argument("--input-sets", type=int, default=EvalConfig.input_sets)
     args = ap.parse_args()
 
     ids = args.ids if not args.ids.endswith("-") else f"{args.ids}999"
@@ -76,14 +81,17 @@ def main() -> int:
     for original, task in zip(tasks, sized):
         result = wall = None
         if args.evaluate and isinstance(task, Task):
-            cfg = EvalConfig(device="cpu", size=args.size, timeout=args.timeout)
+            cfg = EvalConfig(device="cpu", size=args.size, timeout=args.timeout, iters=args.iters,
+                             warmup=args.warmup, input_sets=args.input_sets)
             t0 = time.monotonic()
-            result = evaluate(task, task.source + "\n\nModelNew = Model\n", cfg)
+            # the reference under the candidate's name (a subclass or an alias of Model is refused)
+            result = evaluate(task, re.sub(r"\bModel\b", "ModelNew", task.source), cfg)
             wall = time.monotonic() - t0
             walls.append(wall)
         print("| " + " | ".join(c.replace("|", "/") for c in _row(task, original, result, wall)) + " |", flush=True)
     refused = sum(isinstance(t, SizingError) for t in sized)
     print(f"\n{len(tasks)} problem(s) sized in {sizing_s:.0f} s (one child process), {refused} refused.")
+    print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} core(s)")
     if walls:
         print(f"evaluations: {len(walls)}, wall s median {sorted(walls)[len(walls) // 2]:.1f}, max {max(walls):.1f}, "
               f"total {sum(walls):.0f}")

@@ -121,6 +121,10 @@ def optimize_cmd(
             vs.append(f"{outcome.fraction_of_floor:.3g} of the roofline floor")
         kept = ", ".join(vs)
     stdout.print(f"eager {eager} · torch.compile {compiled} · kept: {kept}", highlight=False, soft_wrap=True)
+    if outcome.kept_id is not None:
+        shapes = {True: "yes", False: "NO: correct only at the task's shape", None: "not checked"}[outcome.generalises]
+        stdout.print(f"correct at a second shape: {shapes}" + (f" ({outcome.generalises_note})"
+                     if outcome.generalises_note else ""), highlight=False, soft_wrap=True)
     stdout.print(f"{outcome.attempts} attempt(s), {outcome.rounds} round(s), {outcome.wall_s:.0f} s; "
                  f"report: {folder / 'report.md'}", highlight=False, soft_wrap=True)
     if outcome.error:

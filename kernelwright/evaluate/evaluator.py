@@ -89,6 +89,9 @@ class EvalConfig:
     # raises counts as not compiled, and the task runs at its own (full) size. Weaker on purpose
     # (the candidate can reach the reference's Model); the study report says which mode it used.
     compat: str = "kernelwright"
+    # Check a correct candidate once more at the task's second shape (EvalResult.generalises); off
+    # where that candidate was checked before (optimize's evaluation beside torch.compile)
+    second_shape: bool = True
     # Order in a pool's queues, lower first (executors/pool.py): a search's launch variants of a
     # kernel already verified wait behind other cells' first candidates. Changes when, not what.
     priority: int = 0
@@ -231,7 +234,7 @@ def run_prepared(task: Task, pre: Prepared, cfg: EvalConfig, run: Optional[Sandb
                             f"for the device's other evaluations): {(first or '')[:300]}")
     result.findings = pre.findings
     result.sizing = task.sizing
-    if uses_device and result.verdict.outputs_match:
+    if uses_device and result.verdict.outputs_match and cfg.second_shape:
         result.generalises, result.generalises_note = check_second_shape(task, pre, cfg)
     return result
 

@@ -73,6 +73,10 @@ class Outcome(BaseModel):
     vs_compile_by: str = ""
     beside_ms: Optional[tuple[float, float]] = None  # judge: (torch.compile, the kept candidate) medians, ms
     fraction_of_floor: Optional[float] = None
+    size: Optional[str] = None  # the problem run, in one line (records.Sizing.summary); None: not sized
+    # the kept candidate checked at the task's second shape (EvalResult.generalises); None: not checked
+    generalises: Optional[bool] = None
+    generalises_note: Optional[str] = None
     stopped: str = ""  # goal | budget | rounds | interrupted | error
     error: Optional[str] = None
     completion_tokens: int = 0

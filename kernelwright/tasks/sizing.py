@@ -42,8 +42,10 @@ log = logging.getLogger(__name__)
 SIZE_ENV_NAME = "KERNELWRIGHT_SIZE"
 # The CPU's `small` for a module without a small size of its own: inputs, outputs and parameters
 # within this (and within a sixteenth of the machine's memory), a forward within SMALL_FLOPS, so an
-# evaluation (trials, 8 input sets, about 230 timed forwards) takes seconds on two cores.
-SMALL_BYTES = 64 * 2**20
+# evaluation (trials, 8 input sets, about 230 timed forwards, each copying its inputs in and its
+# outputs out) takes seconds on two cores. On the 2-core machine under a load of 11, a sigmoid's
+# evaluation timed for 6.6 s at 3 MB, 18 s at 12 MB and ran past 120 s at 48 MB.
+SMALL_BYTES = 16 * 2**20
 SMALL_FLOPS = 2e8
 MIN_SCALABLE = 16  # a smaller constant is a count or an axis more often than a size: kept
 FLOOR_BATCH = 2
