@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Optional
 
+from pydantic import BaseModel
+
 from kernelwright.errors import BadInput
 from kernelwright.records import SizedConstant, Sizing, Task
 
@@ -477,6 +479,25 @@ def variant_source(task: Task) -> Optional[str]:
 
 # -- the one entry ---------------------------------------------------------------------------------
 
+class SizingJob(BaseModel):
+    source: str
+    where: str  # the task's path or id, for messages
+    mode: str
+    size: str
+    env_size: str
+    factor: Optional[str] = None
+    max_bytes: Optional[int] = None
+    max_flops: Optional[float] = None
+
+
+class SizingReply(BaseModel):
+    source: Optional[str] = None  # the rewritten source
+    sizing: Optional[Sizing] = None
+    error: Optional[str] = None  # it cannot be sized: a bound it cannot fit, a factor it fails at
+    note: Optional[str] = None  # not sized, the module's own failure: left to the checks that run it
+
+
+
 def sizing_record(req: SizeRequest, p: Plan, measured: Measured, original: Optional[Measured],
                   second: dict[str, int], second_m: Optional[Measured], second_why: str,
                   first_values: dict[str, int]) -> Sizing:
@@ -508,7 +529,6 @@ def sized_tasks(tasks: list[Task], size: str, device: str, timeout: float = CHIL
     Sizing record; a SizingError in its place where it cannot be sized. One child process sizes them
     all (torch is imported once)."""
     from kernelwright.child import ChildTimeout, run_json_child
-    from kernelwright.tasks.sizing_child import SizingJob, SizingReply
 
     check_size(size)
     if not tasks:
@@ -532,7 +552,7 @@ def sized_tasks(tasks: list[Task], size: str, device: str, timeout: float = CHIL
         elif got.sizing is None:
             # the module itself fails (or cannot run without real tensors): the checks that run it
             # for real say why in their words; it runs at the size it was written with
-            log.warning("%s: not sized: %s", t.path or t.id, got.note)
+            log.info("%s: not sized: %s", t.path or t.id, got.note)
             out.append(t)
         else:
             out.append(t.model_copy(update={"source": got.source, "sizing": got.sizing}))

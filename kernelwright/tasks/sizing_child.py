@@ -2,8 +2,8 @@
 tensor has a shape, a dtype and a device but no storage, to measure its inputs, outputs,
 parameters and the forward's FLOPs at candidate sizes without allocating them.
 
-`python -m kernelwright.tasks.sizing_child` reads a JSON list of SizingJob from stdin and prints
-{"ok": true, "replies": [SizingReply, ...]}.
+`python -m kernelwright.tasks.sizing_child` reads a JSON list of sizing.SizingJob from stdin and
+prints {"ok": true, "replies": [sizing.SizingReply, ...]}.
 """
 
 from __future__ import annotations
@@ -13,29 +13,8 @@ import os
 import sys
 from typing import Any, Optional
 
-from pydantic import BaseModel
-
 from kernelwright.child import child_main, load_task_module, one_line
-from kernelwright.records import Sizing
 from kernelwright.tasks import sizing as sz
-
-
-class SizingJob(BaseModel):
-    source: str
-    where: str  # the task's path or id, for messages
-    mode: str
-    size: str
-    env_size: str
-    factor: Optional[str] = None
-    max_bytes: Optional[int] = None
-    max_flops: Optional[float] = None
-
-
-class SizingReply(BaseModel):
-    source: Optional[str] = None  # the rewritten source
-    sizing: Optional[Sizing] = None
-    error: Optional[str] = None  # it cannot be sized: a bound it cannot fit, a factor it fails at
-    note: Optional[str] = None  # not sized, the module's own failure: left to the checks that run it
 
 
 def _tensors(value: Any) -> list[Any]:
@@ -113,7 +92,7 @@ def _values(source: str, slots: list[sz.Slot], where: str) -> dict[str, int] | s
     return out
 
 
-def size_one(job: SizingJob) -> SizingReply:
+def size_one(job: sz.SizingJob) -> sz.SizingReply:
     os.environ[sz.SIZE_ENV_NAME] = job.env_size
     req = sz.SizeRequest(size=job.size, mode=job.mode, env_size=job.env_size,
                          factor=sz.parse_factor(job.factor) if job.factor else None,
@@ -121,10 +100,10 @@ def size_one(job: SizingJob) -> SizingReply:
     try:
         slots = sz.find_slots(job.source)
     except SyntaxError as e:
-        return SizingReply(error=f"{job.where}: not valid Python: {e.msg} (line {e.lineno})")
+        return sz.SizingReply(error=f"{job.where}: not valid Python: {e.msg} (line {e.lineno})")
     values = _values(job.source, slots, job.where)
     if isinstance(values, str):
-        return SizingReply(note=f"importing it under FakeTensorMode failed: {values}")
+        return sz.SizingReply(note=f"importing it under FakeTensorMode failed: {values}")
     p = sz.plan(slots, values)
 
     def measure(assignment: dict[str, int]) -> sz.Measured | str:
@@ -132,19 +111,19 @@ def size_one(job: SizingJob) -> SizingReply:
 
     original = measure(p.assignment())
     if isinstance(original, str):
-        return SizingReply(note=f"building it or its inputs under FakeTensorMode failed: {original}")
+        return sz.SizingReply(note=f"building it or its inputs under FakeTensorMode failed: {original}")
     try:
         chosen = sz.choose(p, req, measure, original, job.where)
     except sz.SizingError as e:
-        return SizingReply(error=str(e))
+        return sz.SizingReply(error=str(e))
     second, second_m, why = sz.second_shape(p, measure, req)
     record = sz.sizing_record(req, p, chosen, original if req.mode in ("budget", "factor") else None,
                               second, second_m, why, values)
-    return SizingReply(source=sz.rewrite(job.source, p.slots, p.assignment(), values), sizing=record)
+    return sz.SizingReply(source=sz.rewrite(job.source, p.slots, p.assignment(), values), sizing=record)
 
 
 def handle(text: str) -> dict[str, Any]:
-    jobs = [SizingJob.model_validate(j) for j in json.loads(text)]
+    jobs = [sz.SizingJob.model_validate(j) for j in json.loads(text)]
     return {"ok": True, "replies": [size_one(j).model_dump(mode="json") for j in jobs]}
 
 
