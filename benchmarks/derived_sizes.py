@@ -38,7 +38,7 @@ def _flops(n: float | None) -> str:
 def _row(task: Task | SizingError, original: Task, result=None, wall: float | None = None) -> list[str]:
     if isinstance(task, SizingError):
         return [original.id.removeprefix("kernelbench/"), original.name, f"refused: {task}", "", "", "", "", ""] + (
-            ["", "", ""] if result is not None or wall is not None else [])
+            ["", "", "", ""] if result is not None or wall is not None else [])
     s = task.sizing
     if s is None:
         return [task.id.removeprefix("kernelbench/"), task.name, "not sized", "", "", "", "", ""]
@@ -49,7 +49,8 @@ def _row(task: Task | SizingError, original: Task, result=None, wall: float | No
            "; ".join(s.second_shapes) or s.second_why, s.forward_error or ""]
     if result is not None:
         gen = {True: "yes", False: "no", None: "-"}[result.generalises]
-        row += [result.verdict.value, f"{wall:.1f}", gen]
+        wait = "" if result.device_lock_wait_s is None else f"{result.device_lock_wait_s:.1f}"
+        row += [result.verdict.value, f"{wall:.1f}", wait, gen]
     return row
 
 
@@ -74,7 +75,8 @@ def main() -> int:
     head = ["problem", "name", "constants changed", "inputs", "MB (in+out+params) full → derived",
             "FLOPs full → derived", "second shape (inputs)", "forward on meta failed"]
     if args.evaluate:
-        head += ["verdict (reference as candidate)", "evaluation s", "generalises"]
+        head += ["verdict (reference as candidate)", "evaluation s", "of which waiting for the CPU's timing lock s",
+                 "generalises"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     walls: list[float] = []

@@ -340,8 +340,13 @@ class Measured:
 Measure = Callable[[dict[str, int]], "Measured | str"]  # an error in words where the module failed
 
 
-def _fits(m: Measured, req: SizeRequest, flops: bool = True) -> bool:
-    return ((req.max_bytes is None or m.total <= req.max_bytes)
+# The second shape runs correctness alone (two trials, no timing): it may take twice the bound, so
+# that a problem at its floors, which can only grow, still has one
+SECOND_ROOM = 2
+
+
+def _fits(m: Measured, req: SizeRequest, flops: bool = True, room: int = 1) -> bool:
+    return ((req.max_bytes is None or m.total <= room * req.max_bytes)
             and (not flops or req.max_flops is None or m.flops is None or m.flops <= req.max_flops))
 
 
@@ -406,7 +411,7 @@ def choose(p: Plan, req: SizeRequest, measure: Measure, first: Measured, where: 
 def second_shape(p: Plan, measure: Measure, req: SizeRequest) -> tuple[dict[str, int], Optional[Measured], str]:
     """A second assignment for the check of shapes the kernel never saw: the batch and the largest
     other size each halved (or doubled back where halving cannot change it), the forward still
-    running and the problem within the memory bound. Returns (assignment, measured, why) where the assignment equals the first when there
+    running and the problem within twice the memory bound (SECOND_ROOM). Returns (assignment, measured, why) where the assignment equals the first when there
     is no such shape, and `why` says which sizes changed or why none could."""
     base = p.assignment()
     changed: list[str] = []
@@ -427,7 +432,7 @@ def second_shape(p: Plan, measure: Measure, req: SizeRequest) -> tuple[dict[str,
             if trial == now:
                 continue
             got = measure(trial)
-            if isinstance(got, str) or got.forward_error or not _fits(got, req, flops=False):
+            if isinstance(got, str) or got.forward_error or not _fits(got, req, flops=False, room=SECOND_ROOM):
                 continue
             now, last = trial, got
             changed.append(f"{'/'.join(c.keys)} {base[c.keys[0]]}->{trial[c.keys[0]]}")
@@ -438,7 +443,7 @@ def second_shape(p: Plan, measure: Measure, req: SizeRequest) -> tuple[dict[str,
                 continue
             trial = {**base, **{k: c.at(Fraction(1, 2 ** (c.halvings + step))) for c in p.classes for k in c.keys}}
             got = measure(trial) if trial != base else "unchanged"
-            if not isinstance(got, str) and not got.forward_error and _fits(got, req, flops=False):
+            if not isinstance(got, str) and not got.forward_error and _fits(got, req, flops=False, room=SECOND_ROOM):
                 return trial, got, "every size together: " + ", ".join(
                     f"{'/'.join(c.keys)} {base[c.keys[0]]}->{trial[c.keys[0]]}" for c in p.classes
                     if trial[c.keys[0]] != base[c.keys[0]])
