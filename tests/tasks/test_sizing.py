@@ -149,3 +149,29 @@ def test_sizes_accepted_and_refused():
     assert sz.request("auto", "cpu", own_sizes=False).mode == "budget"
     assert sz.request("auto", "cuda:0", own_sizes=False).mode == "full"
     assert sz.request("1/4", "cpu", own_sizes=True).factor == Fraction(1, 4)
+
+
+def test_the_forms_a_size_constant_takes():
+    source = '''import os
+FULL = os.environ.get("KERNELWRIGHT_SIZE") == "full"
+batch_size = 8192 * 2
+D, H, W = 24, 32, 32
+input_shape = (4096,)
+rows = 8192 if FULL else 64
+groups = batch_size  # follows batch_size: not a constant of its own
+
+
+def get_inputs():
+    return [rows, D, H, W, input_shape, groups]
+
+
+def get_init_inputs():
+    return []
+'''
+    slots = {s.key: s for s in sz.find_slots(source)}
+    assert set(slots) == {"batch_size", "D", "H", "W", "input_shape[0]", "rows"}
+    assert slots["batch_size"].value == 16384 and slots["rows"].value is None  # decided when the module runs
+    out = sz.rewrite(source, list(slots.values()), {"batch_size": 512, "H": 16, "input_shape[0]": 128, "rows": 32},
+                     {"batch_size": 16384, "H": 32, "input_shape[0]": 4096, "rows": 64})
+    assert "batch_size = 512\n" in out and "D, H, W = 24, 16, 32" in out and "input_shape = (128,)" in out
+    assert "rows = 32\n" in out and "groups = batch_size  # follows" in out
