@@ -201,14 +201,23 @@ def validate_device(device: str, compile_only: bool = False) -> str:
 
 
 def resolve_size(device: str, size: str = "auto") -> str:
-    """The problem size a task runs at (its KERNELWRIGHT_SIZE): `auto` is full size on a GPU and
-    small on the CPU. The one place for this rule: the evaluator, analysis, scaffold planning and
+    """The KERNELWRIGHT_SIZE a task's source runs with: `auto` is full size on a GPU and small on
+    the CPU; a factor (`1/8`) scales the full size (tasks/sizing.py writes the scaled constants into
+    the source). The one place for this rule: the evaluator, analysis, scaffold planning and
     optimize's baselines must agree, or they measure different problems."""
     if size in ("small", "full"):
         return size
-    if size != "auto":
-        raise ValueError(f"size must be small, full or auto, not {size!r}")
-    return "small" if device == "cpu" else "full"
+    if size == "auto":
+        return "small" if device == "cpu" else "full"
+    from fractions import Fraction
+
+    try:
+        factor = Fraction(size)
+    except (ValueError, ZeroDivisionError):
+        factor = Fraction(0)
+    if not 0 < factor <= 1:
+        raise ValueError(f"size must be small, full, auto or a factor in (0, 1] such as 1/8, not {size!r}")
+    return "full"
 
 
 def cuda_arch(device: str) -> str:

@@ -123,6 +123,54 @@ BUILT_VERDICTS = frozenset(
 )
 
 
+class SizedConstant(BaseModel):
+    """One module-level integer that sizes a task's problem (tasks/sizing.py)."""
+
+    name: str  # "batch_size", "height=width" (one chained assignment), "input_shape[0]" (a tuple's element)
+    original: int  # as the module computes it (at its own KERNELWRIGHT_SIZE)
+    value: int  # what the task runs with
+    scaled: bool  # False: kept (a kernel size, a stride, a group count, a small count or axis)
+    why: str
+    second: Optional[int] = None  # its value at the second shape, where that differs
+
+
+class Sizing(BaseModel):
+    """Which problem a task runs: the size asked for, each constant's original and chosen value, and
+    the shapes measured on torch's meta device (nothing allocated); and the second shape a correct
+    candidate is checked at (`EvalResult.generalises`)."""
+
+    size: str  # as asked: small | full | auto | a factor such as 1/8
+    mode: str  # own (the module's own KERNELWRIGHT_SIZE) | full | budget (derived within bounds) | factor
+    env_size: str  # KERNELWRIGHT_SIZE the source runs with
+    factor: Optional[str] = None
+    max_bytes: Optional[int] = None  # budget: inputs + outputs + parameters within this
+    max_flops: Optional[float] = None  # budget: one forward within this
+    constants: list[SizedConstant] = Field(default_factory=list)
+    input_shapes: list[str] = Field(default_factory=list)  # "(128, 65536) float32"
+    output_shapes: list[str] = Field(default_factory=list)
+    input_bytes: int = 0
+    output_bytes: int = 0
+    param_bytes: int = 0
+    flops: Optional[float] = None  # of one forward (matmuls, convolutions, attention), None: not counted
+    forward_error: Optional[str] = None  # the forward could not run on the meta device: outputs unknown
+    original_bytes: Optional[int] = None  # inputs + outputs + parameters before sizing (budget, factor)
+    original_flops: Optional[float] = None
+    second_shapes: list[str] = Field(default_factory=list)  # inputs at the second shape; empty: none
+    second_why: str = ""  # which sizes the second shape changes, or why there is none
+
+    @property
+    def changed(self) -> list[SizedConstant]:
+        return [c for c in self.constants if c.value != c.original]
+
+    def summary(self) -> str:
+        """One line: what was asked and what it became."""
+        head = {"own": "its own size", "full": "full size", "factor": f"{self.factor} of full size",
+                "budget": "derived size"}.get(self.mode, self.mode)
+        moved = ", ".join(f"{c.name} {c.original}->{c.value}" for c in self.changed)
+        return (f"{head} ({self.size}): " + (moved + "; " if moved else "") + "inputs " + ", ".join(self.input_shapes)
+                + f"; {(self.input_bytes + self.output_bytes + self.param_bytes) / 2**20:.3g} MB in all")
+
+
 class Task(BaseModel):
     """A KernelBench-format problem: Python source with Model, get_inputs, get_init_inputs."""
 
@@ -134,6 +182,8 @@ class Task(BaseModel):
     path: Optional[str] = None  # file it was read from, if any
     source: str  # the full file text; the evaluator runs this, never the path
     origin: str = "file"  # builtin | file | kernelbench
+    # Set where the task was sized (tasks/sizing.py): `source` is then the sized source
+    sizing: Optional[Sizing] = None
 
     @property
     def source_hash(self) -> str:
@@ -311,6 +361,13 @@ class EvalResult(Versioned):
     judge: Optional[str] = None
     # "kernelbench" when judged under KernelBench's definitions (EvalConfig.compat); None: ours
     compat: Optional[str] = None
+    # Which problem was run: the sized task's record (tasks/sizing.py); None: the task was not sized
+    sizing: Optional[Sizing] = None
+    # A correct candidate checked once more, for correctness only, at the task's second shape (a
+    # different batch and inner size): False, it fails there (shape-specialised: not a failure
+    # verdict, said to the user); None: not checked, `generalises_note` says why
+    generalises: Optional[bool] = None
+    generalises_note: Optional[str] = None
 
     def to_json(self, **kw: Any) -> str:
         return self.model_dump_json(**kw)

@@ -80,6 +80,9 @@ def tasks_cmd(spec: str = typer.Argument("builtin", help="A file, a folder, buil
     print(f"{len(tasks)} task(s)")
 
 
+SIZE_HELP = ("Problem size: small (a built-in task's own; for another module, its size constants scaled down "
+             "until inputs, outputs and parameters fit 64 MB), full, auto (small on CPU, full on GPU) or a "
+             "factor of full size such as 1/8 (docs/sizes.md).")
 UNCONFINED_HELP = ("Run candidates even where a required OS protection (bubblewrap/namespaces, cgroups) is "
                    "missing here; results are marked untrusted. Never for results anyone relies on.")
 
@@ -104,7 +107,7 @@ def eval_cmd(
     rtol: Optional[float] = typer.Option(None, help="Relative tolerance (default as atol)."),
     iters: int = typer.Option(EvalConfig.iters, help="Timed calls per module."),
     warmup: int = typer.Option(EvalConfig.warmup, help="Untimed warm-up calls per module."),
-    size: str = typer.Option("auto", help="Task size: small, full, or auto (small on CPU, full on GPU)."),
+    size: str = typer.Option("auto", help=SIZE_HELP),
     seed: int = typer.Option(EvalConfig.seed, help="Base seed for parameters and inputs."),
     no_timing: bool = typer.Option(False, "--no-timing", help="Check correctness only."),
     unconfined: bool = typer.Option(False, "--unconfined", help=UNCONFINED_HELP),
@@ -112,16 +115,16 @@ def eval_cmd(
     """Evaluate one candidate against one task: compile, check, prove custom code ran, time."""
     from kernelwright.evaluate import EvalConfig, GPUUnavailableError, evaluate
     from kernelwright.tasks import load_task
+    from kernelwright.tasks.sizing import check_size, sized_task
 
-    if size not in ("auto", "small", "full"):
-        fail(f"unknown size {size!r}: use small, full or auto")
+    check_size(size)
     if not candidate.is_file():
         fail(f"candidate file not found: {candidate}")
     try:
         text = candidate.read_text(errors="replace")
     except OSError as e:
         fail(f"cannot read candidate {candidate}: {e.strerror}")
-    the_task = load_task(task)
+    the_task = sized_task(load_task(task), size, device)
     try:
         cfg = EvalConfig(device=device, timeout=timeout, trials=trials, atol=atol, rtol=rtol, iters=iters,
                          warmup=warmup, compile_only=compile_only, size=size, seed=seed, time=not no_timing,
@@ -188,6 +191,7 @@ def run_cmd(
     unconfined: bool = typer.Option(False, "--unconfined", help=UNCONFINED_HELP),
     executor: str = typer.Option("direct", help="Where candidates are evaluated: direct (a sandboxed child each), "
                                  "local (this machine's pool: duplicates once, builds ahead) or ray."),
+    size: str = typer.Option("auto", help=SIZE_HELP),
 ) -> None:
     """Run one interaction regime on one task with a model, evaluating every candidate."""
     from kernelwright.cli.display import Display
@@ -199,7 +203,9 @@ def run_cmd(
     from kernelwright.strategies.config import check_runnable
     from kernelwright.study.spec import EvalSettings
     from kernelwright.tasks import load_task
+    from kernelwright.tasks.sizing import check_size, sized_task
 
+    check_size(size)
     tgt = target or default_target(device)
     if tgt not in ("cuda", "triton", "cpp"):
         fail(f"unknown target {tgt!r}: use cuda, triton or cpp")
@@ -209,15 +215,16 @@ def run_cmd(
                           scaffold=is_embedded(model) if scaffold is None else scaffold,
                           **({"n": n} if n is not None else {}), **({"turns": turns} if turns is not None else {}))
     check_runnable(config)
-    the_task = load_task(task)
     from kernelwright.device import validate_device
 
     validate_device(device)
-    cfg = EvalConfig(device=device, timeout=timeout, iters=iters, unconfined=warn_unconfined(unconfined))
+    the_task = sized_task(load_task(task), size, device)
+    cfg = EvalConfig(device=device, timeout=timeout, iters=iters, size=size, unconfined=warn_unconfined(unconfined))
     backend = make_backend(model)
     err.print(f"regime {config.spec} · task {the_task.id} · model {backend.model} · target {tgt} · device {device}")
     try:
-        with _cell_log(out_dir, the_task, backend.model, model, device, EvalSettings(timeout=timeout, iters=iters),
+        with _cell_log(out_dir, the_task, backend.model, model, device, EvalSettings(timeout=timeout, iters=iters,
+                                                                                     size=size),
                        config, executor) as record, opened(make_executor(executor, [device])) as evaluator, \
                 Display(err) as display:
             cell = run_regime(the_task, backend, config, cfg, sink=record.sink if record else lambda a: None,

@@ -47,6 +47,9 @@ def optimize_cmd(
     facts: Optional[Path] = _FACTS,
     executor: str = typer.Option("direct", help="Where candidates are evaluated: direct (a sandboxed child each), "
                                  "local (this machine's pool: duplicates once, builds ahead) or ray."),
+    size: str = typer.Option("auto", help="Problem size: small, full, auto (small on CPU, full on GPU) or a factor "
+                             "of full size such as 1/8; on the CPU a module without a small size of its own runs "
+                             "its size constants scaled down to fit 64 MB (docs/sizes.md)."),
 ) -> None:
     """Find the fastest verified rewrite of one module within a budget; write model_new.py and a report.
 
@@ -65,6 +68,7 @@ def optimize_cmd(
     from kernelwright.report.optimize_report import write as write_report
     from kernelwright.strategies import parse_regime
     from kernelwright.strategies.config import check_runnable
+    from kernelwright.tasks.sizing import check_size, sized_task
 
     budget = Budget(budget_minutes)  # the clock starts with the command: checks count too
     # A small model is productive sampling many regions against a fast exact check (search); a
@@ -74,8 +78,9 @@ def optimize_cmd(
         fail("--budget-minutes must be positive")
     if executor not in EXECUTORS:
         fail(f"unknown executor {executor!r}: use {', '.join(EXECUTORS)}")
-    task = inp.load_input(file, inputs, init_inputs)
+    check_size(size)
     dev = inp.resolve_device(device)
+    task = sized_task(inp.load_input(file, inputs, init_inputs), size, dev)
     tgt = inp.resolve_target(target, dev)
     path, _ = inp.split_spec(file)
     folder = out or path.parent / f"{task.name}.kernelwright"
@@ -83,19 +88,20 @@ def optimize_cmd(
     opts = Options(regime=regime, model=model, device=dev, target=tgt, budget_minutes=budget_minutes,
                    samples=samples, turns=turns, rounds=rounds, seed=seed, max_tokens=max_tokens,
                    scaffold=is_embedded(model) if scaffold is None else scaffold, eval_timeout=timeout,
-                   iters=iters, time=not no_timing, executor=executor)
+                   iters=iters, time=not no_timing, executor=executor, size=size)
     inp.eval_config(opts)  # bad evaluator options fail here, before any profiling
     check_runnable(parse_regime(regime, target=tgt))  # a bad spec fails here, not after the profiling
-    checked = inp.check_runs(task, dev)
+    checked = inp.check_runs(task, dev, size=size)
     why = ""
     if target is None and dev != "cpu":  # after the module is known to run: this plans it in a child
-        tgt, why = inp.gpu_default_target(task, dev, opts.scaffold)
+        tgt, why = inp.gpu_default_target(task, dev, opts.scaffold, size)
         opts = opts.model_copy(update={"target": tgt})
     backend = make_backend(model)
     shown = f"{tgt} ({why})" if why else tgt
     err.print(f"optimize {path} · device {dev} · target {shown} · model {backend.model} · regime {regime} · budget "
               f"{budget_minutes:g} min\nchecked: it imports, its inputs run, forward runs on {dev} -> "
-              f"{', '.join(checked.outputs)}", highlight=False, soft_wrap=True)
+              f"{', '.join(checked.outputs)}" + (f"\nsize: {task.sizing.summary()}" if task.sizing else ""),
+              highlight=False, soft_wrap=True)
     with Display(err, budget) as display:  # a failed profiling (InputError) ends it before any generation
         outcome, attempts = optimize(task, opts, backend, folder, budget, outputs=checked.outputs,
                                      progress=display, facts_path=facts)
@@ -115,6 +121,10 @@ def optimize_cmd(
             vs.append(f"{outcome.fraction_of_floor:.3g} of the roofline floor")
         kept = ", ".join(vs)
     stdout.print(f"eager {eager} · torch.compile {compiled} · kept: {kept}", highlight=False, soft_wrap=True)
+    if outcome.kept_id is not None:
+        shapes = {True: "yes", False: "NO: correct only at the task's shape", None: "not checked"}[outcome.generalises]
+        stdout.print(f"correct at a second shape: {shapes}" + (f" ({outcome.generalises_note})"
+                     if outcome.generalises_note else ""), highlight=False, soft_wrap=True)
     stdout.print(f"{outcome.attempts} attempt(s), {outcome.rounds} round(s), {outcome.wall_s:.0f} s; "
                  f"report: {folder / 'report.md'}", highlight=False, soft_wrap=True)
     if outcome.error:

@@ -57,7 +57,7 @@ def run_cmd(
     warmup: Annotated[int | None, typer.Option(help="Warm-up calls per module.")] = None,
     timing: Annotated[bool | None, typer.Option("--timing/--no-timing", help="Time correct candidates (default on).")] = None,
     compile_baseline: Annotated[bool | None, typer.Option("--compile-baseline/--no-compile-baseline", help="Also time torch.compile(reference) for Table I's fast_1 vs torch.compile (default: on in a study with a search regime, else off).")] = None,
-    size: Annotated[str | None, typer.Option(help="Task size: small, full or auto.")] = None,
+    size: Annotated[str | None, typer.Option(help="Task size: small, full, auto or a factor of full size such as 1/8 (docs/sizes.md); in the cells' config hash.")] = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Redo cells recorded as failed.")] = False,
     executor: Annotated[str | None, typer.Option(help="Where evaluations run: local (this machine's pool, the default), direct (a sandboxed child per candidate) or ray (docs/scaling.md).")] = None,
     ray_address: Annotated[str | None, typer.Option(help="With --executor ray: the cluster (default: RAY_ADDRESS, else a local cluster started for the run).")] = None,

@@ -72,7 +72,9 @@ class EvalConfig:
     compile_only: bool = False
     # Off only to study the dynamic checks on their own (tests, research); never for real results.
     static_checks: bool = True
-    size: str = "auto"  # small | full | auto (small on CPU, full on GPU)
+    # small | full | auto (small on CPU, full on GPU) | a factor such as 1/8 (tasks/sizing.py: a task
+    # is sized where it is loaded; this sets the KERNELWRIGHT_SIZE its source runs with)
+    size: str = "auto"
     cache_dir: Optional[str] = None
     keep_workdir: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)  # added after the allowlist: trusted input
@@ -87,6 +89,9 @@ class EvalConfig:
     # raises counts as not compiled, and the task runs at its own (full) size. Weaker on purpose
     # (the candidate can reach the reference's Model); the study report says which mode it used.
     compat: str = "kernelwright"
+    # Check a correct candidate once more at the task's second shape (EvalResult.generalises); off
+    # where that candidate was checked before (optimize's evaluation beside torch.compile)
+    second_shape: bool = True
     # Order in a pool's queues, lower first (executors/pool.py): a search's launch variants of a
     # kernel already verified wait behind other cells' first candidates. Changes when, not what.
     priority: int = 0
@@ -105,6 +110,7 @@ class EvalConfig:
             ("compat", self.compat, self.compat in COMPAT_MODES, " or ".join(COMPAT_MODES)),
             ("memory_limit_mb", self.memory_limit_mb, self.memory_limit_mb is None or (
                 _is_int(self.memory_limit_mb) and self.memory_limit_mb >= 64), "an integer >= 64 (MB)"),
+            ("size", self.size, _is_size(self.size), "small, full, auto or a factor in (0, 1] such as 1/8"),
             ("size", self.size, self.compat != "kernelbench" or self.size in ("auto", "full"),
              "auto or full with compat kernelbench (the task's own size)"),
         ) if not ok]
@@ -112,6 +118,14 @@ class EvalConfig:
             raise EvaluatorError("bad evaluator option: " + "; ".join(problems))
         if self.compat == "kernelbench":
             self.size = "full"  # here, so the evaluator, analysis and planning all run the task's own size
+
+
+def _is_size(v: Any) -> bool:
+    try:
+        resolve_size("cpu", v)
+    except (ValueError, TypeError):
+        return False
+    return True
 
 
 def _is_int(v: Any) -> bool:
@@ -219,7 +233,40 @@ def run_prepared(task: Task, pre: Prepared, cfg: EvalConfig, run: Optional[Sandb
         result.flags.append(f"out of memory beside other work; re-run alone (after waiting {alone.waited:.1f} s "
                             f"for the device's other evaluations): {(first or '')[:300]}")
     result.findings = pre.findings
+    result.sizing = task.sizing
+    if uses_device and result.verdict.outputs_match and cfg.second_shape:
+        result.generalises, result.generalises_note = check_second_shape(task, pre, cfg)
     return result
+
+
+def check_second_shape(task: Task, pre: Prepared, cfg: EvalConfig) -> tuple[Optional[bool], str]:
+    """A candidate found correct at the task's shape, checked once more for correctness alone at the
+    task's second shape (a different batch and inner size: Sizing.second_shapes), in a fresh
+    sandbox, on the source rewritten by tasks/sizing.py: does it hold on shapes it never saw? A
+    kernel that hard-codes the task's dimensions fails here. Not a verdict: (True | False | None,
+    why), None where it was not checked."""
+    from dataclasses import replace
+
+    from kernelwright.tasks.sizing import variant_source
+
+    source = variant_source(task)
+    if source is None:
+        return None, ("the task was not sized, so it has no second shape" if task.sizing is None
+                      else f"no second shape: {task.sizing.second_why}")
+    variant = task.model_copy(update={"source": source, "sizing": None})
+    once = replace(cfg, time=False, compile_baseline=False, trials=min(cfg.trials, 2))
+    shapes = ", ".join(task.sizing.second_shapes) if task.sizing else ""
+    try:
+        with device_lock.DeviceLock(cfg.device, shared=True, kind="admission"):
+            second = _run_in_sandbox(variant, pre.code, pre.code_hash, once, sandbox.run_job)
+    except (EvaluatorError, InfrastructureError) as e:  # the reference, or this machine, at that shape
+        return None, f"not checked at {shapes}: {str(e)[:300]}"
+    if second.verdict.outputs_match:
+        return True, f"also correct at inputs {shapes} ({task.sizing.second_why})"
+    if second.verdict in (Verdict.OUT_OF_MEMORY, Verdict.TIMEOUT):
+        return None, f"not checked at {shapes}: {second.verdict.value}"
+    why = (second.error or "").strip().splitlines()
+    return False, f"{second.verdict.value} at inputs {shapes}" + (f": {why[0][:300]}" if why else "")
 
 
 def check_gpu_after(result: EvalResult, cfg: EvalConfig) -> EvalResult:

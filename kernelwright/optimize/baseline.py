@@ -16,12 +16,12 @@ from kernelwright.optimize.types import Baseline
 from kernelwright.records import Task, TimingStats
 
 
-def measure(task: Task, device: str, iters: int, timeout: float) -> Baseline:
+def measure(task: Task, device: str, iters: int, timeout: float, size: str = "auto") -> Baseline:
     job = ProbeJob(mode="baseline", source=task.source, filename=Path(task.path or "reference.py").name,
                    device=device, iters=iters)
     try:
         reply, code, tail = run_json_child("kernelwright.optimize.probe", job.model_dump_json(), timeout,
-                                           {"KERNELWRIGHT_SIZE": resolve_size(device)})
+                                           {"KERNELWRIGHT_SIZE": resolve_size(device, size)})
     except ChildTimeout:
         return Baseline(error=f"eager and torch.compile timing did not finish within {timeout:.0f} s")
     if reply is None:

@@ -132,12 +132,13 @@ def eval_config(opts: Any) -> Any:
     from kernelwright.evaluate import EvalConfig, EvaluatorError
 
     try:
-        return EvalConfig(device=opts.device, timeout=opts.eval_timeout, iters=opts.iters, time=opts.time)
+        return EvalConfig(device=opts.device, timeout=opts.eval_timeout, iters=opts.iters, time=opts.time,
+                          size=opts.size)
     except EvaluatorError as e:
         raise InputError(str(e)) from None
 
 
-def gpu_default_target(task: Task, device: str, scaffold: bool) -> tuple[str, str]:
+def gpu_default_target(task: Task, device: str, scaffold: bool, size: str = "auto") -> tuple[str, str]:
     """(target, why) on a GPU when no target is asked for: Triton where the module has a GEMM that
     the scaffold takes into one kernel with what follows it (only Triton has that skeleton:
     scaffold.types.GEMM_TARGETS), else CUDA. CUDA's skeleton leaves the GEMM to the library and fuses
@@ -151,7 +152,7 @@ def gpu_default_target(task: Task, device: str, scaffold: bool) -> tuple[str, st
     from kernelwright.scaffold import ScaffoldError, plan_task
 
     try:
-        plan = plan_task(task, resolve_size(device), device=device)
+        plan = plan_task(task, resolve_size(device, size), device=device)
     except ScaffoldError:
         return "cuda", ""  # the run's own planning says why, where it matters
     if plan.gemm is not None and plan.gemm.available:
@@ -181,7 +182,7 @@ def check_writable(out: Path) -> None:
         raise InputError(f"cannot write to output folder {out}: {e.strerror or e}") from None
 
 
-def check_runs(task: Task, device: str, timeout: float = CHECK_TIMEOUT_S) -> Checked:
+def check_runs(task: Task, device: str, timeout: float = CHECK_TIMEOUT_S, size: str = "auto") -> Checked:
     """Import the file, build the model on `device`, make inputs and run forward once, in a child."""
     from kernelwright.optimize.probe import ProbeJob
 
@@ -189,7 +190,7 @@ def check_runs(task: Task, device: str, timeout: float = CHECK_TIMEOUT_S) -> Che
     where = task.path or task.id
     try:
         reply, code, tail = run_json_child("kernelwright.optimize.probe", job.model_dump_json(), timeout,
-                                           {"KERNELWRIGHT_SIZE": resolve_size(device)})
+                                           {"KERNELWRIGHT_SIZE": resolve_size(device, size)})
     except ChildTimeout:
         raise InputError(f"{where}: importing and running the model took over {timeout:.0f} s") from None
     if reply is None:

@@ -63,11 +63,11 @@ def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget:
     for name in OUTPUT_FILES:  # a kept candidate from an earlier run must not pass for this run's
         (out_dir / name).unlink(missing_ok=True)
     outcome = Outcome(task_id=task.id, source_path=task.path or task.id, options=opts, model=backend.model,
-                      outputs=outputs or [])
+                      outputs=outputs or [], size=task.sizing.summary() if task.sizing else None)
 
     progress(Step("profiling the reference"))
     try:
-        analysis = analyze(task, device=opts.device)
+        analysis = analyze(task, device=opts.device, size=opts.size)
     except AnalysisError as e:
         raise InputError(f"{task.path}: profiling the reference failed: {e}") from None
     facts = _facts(task, analysis, facts_path)
@@ -79,7 +79,8 @@ def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget:
     if budget.left() > MIN_BASELINE_S:
         progress(Step("timing eager and torch.compile"))
         outcome.baseline = baseline_mod.measure(task, opts.device, opts.iters,
-                                                timeout=max(MIN_BASELINE_S, min(opts.baseline_timeout, budget.left())))
+                                                timeout=max(MIN_BASELINE_S, min(opts.baseline_timeout, budget.left())),
+                                                size=opts.size)
     else:  # the budget bounds wall time, the baselines included
         outcome.baseline = Baseline(error="skipped: the budget was spent before the baselines")
 
@@ -180,7 +181,7 @@ def _beside_compile(task: Task, attempts: list[Attempt], eval_cfg, budget: Budge
         return None
     progress(Step("timing the kept candidate beside torch.compile"))
     try:
-        return evaluate(task, code, replace(eval_cfg, compile_baseline=True))
+        return evaluate(task, code, replace(eval_cfg, compile_baseline=True, second_shape=False))
     except GPUUnavailableError:
         raise
     except EvaluatorError as e:  # the chained ratio stands; the report says which
@@ -198,6 +199,7 @@ def _settle(outcome: Outcome, attempts: list[Attempt], analysis, beside=None) ->
         outcome.kept_id, outcome.kept_label = best.id, selection.TIERS[selection.tier(r)]
         outcome.goal = selection.is_goal(r)
         outcome.speedup_vs_eager = r.speedup
+        outcome.generalises, outcome.generalises_note = r.generalises, r.generalises_note
         b = outcome.baseline
         if beside is not None and beside.correct and beside.compile_runtime_ms and beside.runtime_ms:
             outcome.speedup_vs_compile = beside.compile_runtime_ms / beside.runtime_ms

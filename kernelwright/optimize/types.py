@@ -35,6 +35,7 @@ class Options(BaseModel):
     time: bool = True  # off only in tests whose replayed prompts must not depend on timings
     baseline_timeout: float = 300.0
     executor: str = "direct"  # where candidates are evaluated (executors/): direct, local (the pool) or ray
+    size: str = EvalConfig.size  # the problem size (tasks/sizing.py); the task arrives sized to it
 
 
 class Baseline(BaseModel):
@@ -72,6 +73,10 @@ class Outcome(BaseModel):
     vs_compile_by: str = ""
     beside_ms: Optional[tuple[float, float]] = None  # judge: (torch.compile, the kept candidate) medians, ms
     fraction_of_floor: Optional[float] = None
+    size: Optional[str] = None  # the problem run, in one line (records.Sizing.summary); None: not sized
+    # the kept candidate checked at the task's second shape (EvalResult.generalises); None: not checked
+    generalises: Optional[bool] = None
+    generalises_note: Optional[str] = None
     stopped: str = ""  # goal | budget | rounds | interrupted | error
     error: Optional[str] = None
     completion_tokens: int = 0

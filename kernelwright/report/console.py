@@ -15,6 +15,12 @@ _STYLE = {
 }
 
 
+def generalises_text(r: EvalResult) -> str:
+    """The check at a second shape in words: yes, NO (shape-specialised), or not checked and why."""
+    word = {True: "yes", False: "NO: correct only at the task's shape", None: "not checked"}[r.generalises]
+    return word + (f" ({r.generalises_note})" if r.generalises_note else "")
+
+
 def print_result(console: Console, r: EvalResult) -> None:
     style = _STYLE.get(r.verdict, "bold red")
     console.print(f"verdict: [{style}]{r.verdict.value}[/]   task: {r.task_id}   device: {r.device}")
@@ -22,6 +28,10 @@ def print_result(console: Console, r: EvalResult) -> None:
     facts.add_row("compiled", str(r.compiled))
     facts.add_row("correct (outputs match)", str(r.correct))
     facts.add_row("custom kernel did the work", str(r.custom_kernel) + (f"  {r.custom_calls}" if r.custom_calls else ""))
+    if r.sizing is not None:
+        facts.add_row("problem size", r.sizing.summary())
+    if r.correct or r.generalises_note:
+        facts.add_row("generalises", generalises_text(r))
     if r.custom_share is not None:
         facts.add_row("time in custom code", f"{100 * r.custom_share:.1f}% of one forward")
     if r.copy_only_calls:

@@ -15,6 +15,7 @@ from typing import Optional
 from kernelwright.errors import EXIT_FASTER
 from kernelwright.optimize.types import Outcome
 from kernelwright.records import Attempt, EvalResult, Task, TimingStats
+from kernelwright.report.console import generalises_text
 from kernelwright.report.tables import Table, markdown, ratio
 from kernelwright.strategies import selection
 
@@ -96,7 +97,8 @@ def tables(o: Outcome, attempts: list[Attempt], kept: Optional[Attempt]) -> list
                      f"{o.beside_ms[1]:.4g} ms in that evaluation)"]] if o.beside_ms else []),
                  ["net of the timing protocol, vs eager", _net(r)],
                  ["time in custom code", "n/a (not measured)" if r.custom_share is None else
-                  f"{100 * r.custom_share:.0f}% of one forward (the evaluator's work probe)"]]
+                  f"{100 * r.custom_share:.0f}% of one forward (the evaluator's work probe)"],
+                 ["correct at a second shape (generalises)", generalises_text(r)]]
     floor = "n/a" if o.roofline_floor_ms is None else f"{o.roofline_floor_ms:.4g} ms"
     frac = "n/a" if o.fraction_of_floor is None else f"{o.fraction_of_floor:.3g} of the floor (1.0 = at the roofline)"
     if o.fraction_of_floor is not None and o.fraction_of_floor > 1:
@@ -145,7 +147,8 @@ def setup_lines(o: Outcome) -> list[str]:
             f"{op.turns or 'regime default'}, rounds {op.rounds or 'while the budget lasts'}",
             f"{o.attempts} attempt(s) in {o.rounds} round(s), {o.completion_tokens} tokens generated for candidates, "
             f"{o.wall_s:.0f} s wall; {STOPPED.get(o.stopped, o.stopped)}" + (f": {o.error}" if o.error else ""),
-            f"kept: attempt {o.kept_id} ({o.kept_label})" if o.kept_id else "kept: nothing"]
+            f"kept: attempt {o.kept_id} ({o.kept_label})" if o.kept_id else "kept: nothing",
+            *([f"problem size: {o.size}"] if o.size else [])]
 
 
 def diff(task: Task, code: Optional[str]) -> str:

@@ -30,6 +30,7 @@ class Kept:
     verdict: str
     speedup: str
     roofline: str
+    generalises: str  # correct at the task's second shape too: yes, no, or - (not checked)
     attempt_id: str | None
     reason: str
     code: str | None
@@ -41,6 +42,7 @@ class TaskSection:
     name: str
     level: int | None
     kept: list[Kept] = field(default_factory=list)
+    size: str | None = None  # the problem its candidates ran (records.Sizing.summary), where recorded
 
 
 @dataclass
@@ -94,8 +96,11 @@ def _task_sections(data: StudyData, scored: list[metrics.Scored]) -> list[TaskSe
         speed = "n/a (not timed)" if r is None or r.speedup is None else (
             f"{r.speedup:.3g}x" + (" (faster beyond noise)" if r.faster else " (not faster beyond noise)"))
         code = (s.pick.repaired_code or s.pick.code) if s.pick is not None else None
+        gen = "-" if r is None else {True: "yes", False: "no", None: "-"}[r.generalises]
         sec.kept.append(Kept(group=s.group, seed=s.cell.seed, verdict=s.verdict_label, speedup=speed, roofline=roof,
-                             attempt_id=s.cell.selected, reason=s.cell.reason, code=code))
+                             generalises=gen, attempt_id=s.cell.selected, reason=s.cell.reason, code=code))
+        if r is not None and r.sizing is not None and sec.size is None:
+            sec.size = r.sizing.summary()
     return list(sections.values())
 
 
@@ -129,9 +134,12 @@ def render_markdown(report: Report, base: Path) -> str:
     out += ["## Per task", ""]
     for sec in report.tasks:
         out += [f"### {sec.task_id}" + (f" (level {sec.level})" if sec.level is not None else ""), ""]
-        out += ["| regime | seed | kept verdict | speedup | roofline | kept attempt |", "|---|---|---|---|---|---|"]
+        if sec.size:
+            out += [f"Problem size: {sec.size}", ""]
+        out += ["| regime | seed | kept verdict | speedup | roofline | generalises | kept attempt |",
+                "|---|---|---|---|---|---|---|"]
         for k in sec.kept:
-            out.append(f"| {k.group} | {k.seed} | {k.verdict} | {k.speedup} | {k.roofline} | "
+            out.append(f"| {k.group} | {k.seed} | {k.verdict} | {k.speedup} | {k.roofline} | {k.generalises} | "
                        f"{(k.attempt_id or 'none').replace('|', '/')} |")
         out.append("")
         for k in sec.kept:

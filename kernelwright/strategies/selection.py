@@ -2,7 +2,9 @@
 
 correct with a custom kernel and faster beyond noise > correct with a custom kernel >
 correct without one > compiled > failed; ties broken by measured speedup, then by the earlier
-candidate. The pick is made from the evaluator's records, never from the model's own judgment,
+candidate. Within a tier, a candidate found correct at the task's second shape (`generalises`)
+is preferred to one that failed there when their speeds are equal within the noise (their
+timing IQRs overlap, or neither was timed). The pick is made from the evaluator's records, never from the model's own judgment,
 and a later broken candidate can never displace an earlier working one.
 """
 
@@ -37,10 +39,23 @@ def rank_key(r: EvalResult, order: int) -> tuple[int, float, int]:
     return (tier(r), speed, -order)
 
 
+def same_speed(a: EvalResult, b: EvalResult) -> bool:
+    """Equal within the noise: their runtime IQRs overlap, or neither was timed."""
+    if a.timing is None or b.timing is None:
+        return a.timing is None and b.timing is None
+    return not (a.timing.p75_ms < b.timing.p25_ms or b.timing.p75_ms < a.timing.p25_ms)
+
+
 def select(attempts: Sequence[Attempt]) -> Optional[Attempt]:
     if not attempts:
         return None
     best = max(range(len(attempts)), key=lambda i: rank_key(attempts[i].eval, i))
+    top = attempts[best].eval
+    if top.generalises is False:
+        peers = [i for i in range(len(attempts)) if attempts[i].eval.generalises and
+                 tier(attempts[i].eval) == tier(top) and same_speed(attempts[i].eval, top)]
+        if peers:
+            best = max(peers, key=lambda i: rank_key(attempts[i].eval, i))
     return attempts[best]
 
 
@@ -49,7 +64,10 @@ def reason(a: Optional[Attempt], total: int) -> str:
         return "no candidate was generated"
     t = tier(a.eval)
     speed = f", speedup {a.eval.speedup:.3g}x" if a.eval.speedup is not None else ""
-    return f"best of {total} by the ranking key: {TIERS[t]} ({a.eval.verdict.value}{speed}); turn {a.turn}, sample {a.sample}"
+    shapes = {True: "; correct at a second shape too", False: "; correct only at the task's shape"}.get(
+        a.eval.generalises, "")
+    return (f"best of {total} by the ranking key: {TIERS[t]} ({a.eval.verdict.value}{speed}){shapes}; turn {a.turn}, "
+            f"sample {a.sample}")
 
 
 def is_goal(r: EvalResult) -> bool:

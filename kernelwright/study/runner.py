@@ -48,6 +48,7 @@ from kernelwright.study.log import ATTEMPTS, CELLS, append_record, read_cells, s
 from kernelwright.study.records import FailureKind, StudyAttempt, StudyCell
 from kernelwright.study.spec import StudySpec
 from kernelwright.tasks import TaskFailure, TaskOrFailure, resolve_tasks
+from kernelwright.tasks.sizing import sized_or_failed
 
 log = logging.getLogger(__name__)
 
@@ -431,7 +432,7 @@ def run_study(spec: StudySpec, *, retry_failed: bool = False, on_event: EventFn 
 
     for regime in spec.regimes:
         check_runnable(parse_regime(regime))  # before the model loads: a missing library costs a second
-    tasks = resolve_tasks(spec.tasks)
+    tasks = sized_or_failed(resolve_tasks(spec.tasks), spec.eval.size, spec.devices[0])
     with sole_writer(spec.out):  # one writer per folder: a second run on it stops here (StudyBusy)
         return _run_as_writer(spec, tasks, retry_failed, on_event, on_plan)
 
