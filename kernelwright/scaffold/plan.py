@@ -41,7 +41,7 @@ from kernelwright.analysis.types import OpGraph, OpKind, OpNode, Role
 from kernelwright.measure.draw import SEED
 from kernelwright.child import one_line
 from kernelwright.scaffold.probes import constants, probe
-from kernelwright.scaffold.reduce import reduce
+from kernelwright.scaffold.reduce import LIMIT_BYTES, ROWS_LIMIT_BYTES, reduce
 from kernelwright.scaffold.semantics import notes_for
 from kernelwright.scaffold.types import KernelArg, Probes, ScaffoldPlan, Segment, SegmentKind
 
@@ -116,7 +116,8 @@ def plan_segment(task_id: str, module: Any, model: nn.Module, inputs: Sequence[A
         return _none(task_id, f"forward does not trace with torch.fx ({one_line(e)}); "
                               "the model writes the whole program"), set(), None
     def real(keep: Optional[tuple[str, int]]) -> dict[str, Any] | str:
-        reduced = reduce(gm, model, inputs, module.get_inputs, seed, keep)
+        reduced = reduce(gm, model, inputs, module.get_inputs, seed, keep,
+                         LIMIT_BYTES if keep is None else ROWS_LIMIT_BYTES)
         return reduced if isinstance(reduced, str) else _run_keeping_values(gm, reduced.inputs)
 
     values = Values(shapes=_run_keeping_values(gm, inputs), _reduce=real)

@@ -42,6 +42,9 @@ PRIMES = tuple(p for p in range(5, 10000) if all(p % q for q in range(2, int(p *
 # up to 512 elements or 6 rows of the main input, and a region is checked on rows of some length.
 MIN_ELEMENTS = 4096
 LIMIT_BYTES = 4 * 2**30  # the values kept by the planner's real run, summed over the graph
+# the run for a row segment's full-length probe rows: past this (a row that is the whole tensor,
+# batch statistics) the probes are the reduced run's rows
+ROWS_LIMIT_BYTES = 2**28
 
 Shapes = dict[str, list[tuple[int, ...]]]
 
@@ -53,7 +56,7 @@ class Reduced:
 
 
 def reduce(gm: fx.GraphModule, model: nn.Module, inputs: Sequence[Any], get_inputs: Callable[[], Any],
-           seed: int, keep: Optional[tuple[str, int]] = None) -> Reduced | str:
+           seed: int, keep: Optional[tuple[str, int]] = None, limit: int = LIMIT_BYTES) -> Reduced | str:
     """Real inputs of a smaller run of ``gm`` that has the structure of its run on (fake)
     ``inputs``, or why there is none. ``keep`` = (node, k): the last k dims of that node keep
     their full sizes (a row segment's rows, for its probes)."""
@@ -67,9 +70,9 @@ def reduce(gm: fx.GraphModule, model: nn.Module, inputs: Sequence[Any], get_inpu
     made = {n.name for n in gm.graph.nodes if n.op not in ("get_attr", "output")}
     need = sum(_numel(s) * 4 for name, node in expected.items() if name in made for s in node)
     said = ", ".join(f"{list(a)} -> {list(b)}" for a, b in zip(full_in, shapes) if a is not None and a != b)
-    if need > LIMIT_BYTES:
+    if need > limit:
         return (f"at the smallest size its shapes allow ({said or 'none reduced'}) its values need "
-                f"{need / 2**30:.1f} GiB (over the planner's {LIMIT_BYTES / 2**30:.0f} GiB)")
+                f"{need / 2**30:.1f} GiB (over the planner's {limit / 2**30:.2g} GiB)")
     real = _draw(get_inputs, seed, full_in, shapes)
     got = [tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in real]
     if got != shapes or [t.dtype for t in tensors_in(real)] != [t.dtype for t in tensors_in(list(inputs))]:
