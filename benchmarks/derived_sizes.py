@@ -65,12 +65,13 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=EvalConfig.iters, help="timed calls per module")
     ap.add_argument("--warmup", type=int, default=EvalConfig.warmup)
     ap.add_argument("--input-sets", type=int, default=EvalConfig.input_sets)
+    ap.add_argument("--device", default="cpu", help="where the references are evaluated (cpu, cuda)")
     args = ap.parse_args()
 
     ids = args.ids if not args.ids.endswith("-") else f"{args.ids}999"
     tasks = load_tasks(f"kernelbench:{args.root}:{args.levels}:{ids}")
     started = time.monotonic()
-    sized = sized_tasks(tasks, args.size, "cpu")
+    sized = sized_tasks(tasks, args.size, args.device)
     sizing_s = time.monotonic() - started
     head = ["problem", "name", "constants changed", "inputs", "MB (in+out+params) full → derived",
             "FLOPs full → derived", "second shape (inputs)", "forward on meta failed"]
@@ -83,7 +84,7 @@ def main() -> int:
     for original, task in zip(tasks, sized):
         result = wall = None
         if args.evaluate and isinstance(task, Task):
-            cfg = EvalConfig(device="cpu", size=args.size, timeout=args.timeout, iters=args.iters,
+            cfg = EvalConfig(device=args.device, size=args.size, timeout=args.timeout, iters=args.iters,
                              warmup=args.warmup, input_sets=args.input_sets)
             t0 = time.monotonic()
             # the reference under the candidate's name (a subclass or an alias of Model is refused)
