@@ -64,7 +64,7 @@ def error_text(exc: BaseException, log: str = "") -> str:
 # How an allocation failure reads when it does not arrive as torch.OutOfMemoryError or MemoryError:
 # a CUDA error raised by an extension's own check, the caching allocator's message re-raised, or
 # the driver API's name for it (the judge's own arena, cuda_arena.py, allocates with cuMemAlloc:
-# H100 2026-12-05d, a study's softmax cell failed as "the judge failed: CudaError: cuMemAlloc
+# on an H100 a study's softmax cell failed as "the judge failed: CudaError: cuMemAlloc
 # failed: CUDA_ERROR_OUT_OF_MEMORY" beside 27 other cells and the model, never re-run alone).
 _OOM_TEXT = re.compile(r"CUDA out of memory|CUDA error: out of memory|cudaErrorMemoryAllocation|"
                        r"CUDA_ERROR_OUT_OF_MEMORY|CUBLAS_STATUS_ALLOC_FAILED|std::bad_alloc|can.t allocate memory")

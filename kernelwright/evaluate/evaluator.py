@@ -306,7 +306,7 @@ def _environment(cfg: EvalConfig, device: str) -> dict[str, str]:
     # the cores the other's timed call needed. On the 2-core machine, a 512 x 2048 softmax timed at
     # 7.8 ms eager (IQR 5.4-10.2) with libgomp's default and 2.7 ms (IQR 2.61-2.78) passive, the same
     # candidate 6.3 ms (3.9-10.4) and 3.4 ms (3.2-4.2): the spread, not the kernels, had decided
-    # "faster" (2026-12-05b). Both sides run under it alike; a config's extra_env may still set it.
+    # "faster". Both sides run under it alike; a config's extra_env may still set it.
     env["OMP_WAIT_POLICY"] = "PASSIVE"
     if cfg.compile_only:
         from kernelwright.evaluate.compile_only import gpu_arch_list, toolkit_home

@@ -5,7 +5,7 @@ reference in float64 (`exact`): it passes when its error against that run is at 
 ACCURACY_FACTOR times the reference's own, in the worst element and in root mean square alike.
 The tolerance alone asks a kernel to round like the reference's library: an fp32 product summed
 over K = 8192 is 2e-3 off the exact one (cuBLAS on the H200), so a kernel five times closer to the
-exact product but rounding differently fails 1e-4 (docs/results/h200-2026-12-04.md). A precision
+exact product but rounding differently fails 1e-4 (an H200 session in docs/results/sessions/). A precision
 downgrade still fails: one TF32 pass is 70-230 times the reference's error there. The same
 measure is torch.compile's own accuracy check (torch._dynamo.utils.same with an fp64 reference:
 RMSE at most twice the eager fp32 model's).
