@@ -28,7 +28,7 @@ class Finish(Exception):
 
 # How an out-of-memory of the reference's own run begins its error: the evaluator re-runs the
 # evaluation alone (evaluator.run_prepared) and, out of memory alone too, fails the task, not the
-# candidate. On a shared GPU the reference is no smaller than a candidate (H100, 2026-12-05: a study's
+# candidate. On a shared GPU the reference is no smaller than a candidate (on an H100 a study's
 # softmax cell failed on its reference's 1 GiB with 27 other runners and the model on the card).
 REFERENCE_OOM = "the reference ran out of device memory beside other work"
 
