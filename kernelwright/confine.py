@@ -5,11 +5,11 @@ it is the operating system:
 - `bwrap` (bubblewrap, from the distribution) where it works, else util-linux's `unshare` plus
   confine_mounts.py (run before any candidate code) for the same layout:
   an empty network namespace, a PID namespace (killing its init ends the whole tree: compilers
-  ninja put in their own process groups, `setsid` double-fork daemons), the filesystem read-only
-  except the evaluation's private scratch folder (the task files, the study folder, the build
-  cache and the candidate's own file are not writable), a private /tmp, no capabilities and
-  no_new_privs (so it can neither remount nor write root-owned kernel files such as
-  cgroup.procs or /proc/sys), death when the evaluating process dies;
+  ninja put in their own process groups, `setsid` double-fork daemons), a filesystem that holds
+  only what the evaluation needs, read-only (`view`: no home, task file, study folder, build cache
+  or device-lock folder), writable only in private size- and inode-limited tmpfs (its scratch,
+  /tmp, /dev/shm), no capabilities and no_new_privs (so it can neither remount nor write
+  root-owned kernel files such as cgroup.procs or /proc/sys), death when the evaluating process dies;
 - limits: a cgroup (v2, or v1's memory and pids hierarchies) for memory and processes, falling
   back to RLIMIT_DATA (private writable memory; unlike RLIMIT_AS it leaves CUDA's huge address
   reservations alone: checked on the H200, whose container cannot delegate a memory cgroup) and
@@ -24,8 +24,10 @@ a missing required one refuses the evaluation unless EvalConfig.unconfined says 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
+import json
 import logging
 import os
 import shlex
@@ -33,11 +35,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from kernelwright.records import Confinement
 
@@ -65,20 +68,23 @@ def _works(cmd: list[str]) -> bool:
         return False
 
 
+def _box_works(prefix: Any, tools: tuple[str, ...]) -> bool:
+    """Whether `prefix` (a mechanism's command prefix) runs `true` in a box here."""
+    if not all(shutil.which(t) for t in tools):
+        return False
+    probe = tempfile.mkdtemp(prefix="kw-probe-")
+    try:
+        return _works(prefix(probe, [], 1 << 20) + ["true"])
+    finally:
+        remove_tree(probe)
+
+
 def _bwrap_works() -> bool:
-    return bool(shutil.which("bwrap")) and _works(
-        ["bwrap", *_BWRAP_FLAGS, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "true"])
+    return _box_works(_bwrap_prefix, ("bwrap",))
 
 
 def _unshare_works() -> bool:
-    if not all(shutil.which(t) for t in ("unshare", "setpriv")):
-        return False
-    probe = Path(f"/tmp/kw-probe-{uuid.uuid4().hex[:8]}")
-    probe.mkdir()
-    try:
-        return _works(_unshare_prefix(str(probe), []) + ["true"])
-    finally:
-        shutil.rmtree(probe, ignore_errors=True)
+    return _box_works(_unshare_prefix, ("unshare", "setpriv"))
 
 
 @dataclass(frozen=True)
@@ -245,13 +251,17 @@ class Cgroup:
 
 # -- the plan for one worker -------------------------------------------------------------------
 
+SCRATCH_MB = 1024  # the box's writable space (each of its scratch, /tmp and /dev/shm): a build needs tens of MB
+
+
 @dataclass(frozen=True)
 class Limits:
     memory_bytes: int
     cpu_seconds: int
+    scratch_bytes: int = SCRATCH_MB << 20  # each private tmpfs (scratch, /tmp, /dev/shm), in memory
 
     @staticmethod
-    def for_run(timeout: float, memory_mb: Optional[int] = None) -> Limits:
+    def for_run(timeout: float, memory_mb: Optional[int] = None, scratch_mb: Optional[int] = None) -> Limits:
         """Half the machine's memory (at least 4 GiB) unless `memory_mb` says otherwise."""
         try:
             ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -259,32 +269,160 @@ class Limits:
             ram = 16 << 30
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         memory = memory_mb << 20 if memory_mb else max(4 << 30, ram // 2)
-        return Limits(memory_bytes=memory, cpu_seconds=int(timeout * max(1, cores)) + 60)
+        return Limits(memory_bytes=memory, cpu_seconds=int(timeout * max(1, cores)) + 60,
+                      scratch_bytes=(scratch_mb or SCRATCH_MB) << 20)
 
 
 _BWRAP_FLAGS = ["--die-with-parent", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
                 "--unshare-cgroup-try", "--cap-drop", "ALL"]
+# What the judge keeps until it has started its runners, and then drops (evaluate/isolation.py):
+# CAP_SYS_ADMIN makes the candidate's runner its own PID and mount namespaces with a fresh /proc,
+# CAP_SETPCAP lets every process of the box empty its bounding set. No job is read before.
+JUDGE_CAPS = ("sys_admin", "setpcap")
+
+# -- what the box sees -----------------------------------------------------------------------------
+# The box's root is empty; only these are put in it. Everything else is absent: the real home
+# (/root, /home) and other users' files, the task's file and the study folder (the judge gets the
+# task's source on stdin), the build cache (the parent copies in the entries the job may load),
+# and the machine-wide device-lock folder (the judge inherits descriptors of its device's locks).
+
+# read-only, where present: the system's programs and libraries
+SYSTEM = (
+    "/usr",  # compilers, their headers and libraries, ninja, CUDA (/usr/local/cuda) and the GPU
+             # driver's user-space libraries (/usr/lib/x86_64-linux-gnu, /usr/local/nvidia)
+    "/sys",  # read-only kernel facts: CPU topology for torch's thread pools, PCI devices for CUDA
+    "/run/nvidia-persistenced",  # the GPU driver's daemon socket, where it runs
+)
+# merged-/usr links (recreated as links), or the folders themselves (bound read-only)
+TOP_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ETC = (
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d",  # the dynamic loader's index (Triton finds libcuda here)
+    "alternatives",  # Debian's cc/c++ -> gcc/g++ links
+    "passwd", "group", "nsswitch.conf",  # user-name lookups (getpass); the password hashes stay out
+    "localtime", "hosts",
+)
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")  # bwrap's --dev makes the same set
+SCRATCH_INODES = 1 << 17  # files and folders in the scratch: a build makes tens, Triton's cache hundreds
 
 
-def _under_tmp(path: str) -> bool:
-    return path == "/tmp" or path.startswith("/tmp/")
+@dataclass(frozen=True)
+class Mount:
+    """One step of building the box's root. kind: ro (bind read-only), rw (bind writable), dev (a device node), link
+    (a symlink to `source`), tmpfs (writable, `size` bytes and `inodes` files at most), dir, proc."""
+
+    kind: str
+    target: str
+    source: str = ""
+    size: int = 0
+    inodes: int = 0
 
 
-def _bwrap_prefix(scratch: str, visible: list[str]) -> list[str]:
-    argv = ["bwrap", *_BWRAP_FLAGS, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    for dev in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri")):
-        argv += ["--dev-bind", dev, dev]  # the GPU stays usable inside the minimal /dev
-    for path in visible:  # read-only things the worker needs that the private /tmp would hide
-        argv += ["--ro-bind", path, path]
-    return argv + ["--bind", scratch, scratch, "--chdir", scratch, "--"]
+def _within_any(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def _unshare_prefix(scratch: str, visible: list[str]) -> list[str]:
+def view(scratch: str, visible: list[str], scratch_bytes: int, keep_scratch: bool = False) -> list[Mount]:
+    """The box's filesystem, in the order it is built (bubblewrap and confine_mounts.py both
+    follow it). `visible`: extra read-only paths (Python, the package, the cache copy in the
+    scratch); `scratch`: a private tmpfs of `scratch_bytes`, as are /tmp and /dev/shm, unless
+    `keep_scratch`: then the host's folder itself, writable, so that what the box writes there
+    outlives it (the pre-check's harness leaves its values in files; it runs no candidate's
+    build and holds no secret, and its memory limit bounds it)."""
+    out: list[Mount] = []
+    bound: list[str] = []
+
+    def ro(path: str) -> None:
+        real = os.path.realpath(path)
+        if os.path.exists(real) and not _within_any(real, bound):
+            out.append(Mount("ro", real, real))
+            bound.append(real)
+
+    for link in TOP_LINKS:
+        if os.path.islink(link):
+            out.append(Mount("link", link, os.readlink(link)))
+        elif os.path.isdir(link):
+            ro(link)
+    for path in SYSTEM:
+        ro(path)
+    for name in ETC:
+        ro(os.path.join("/etc", name))
+    for extra in _library_paths():
+        ro(extra)
+    out.append(Mount("dev", "/dev"))  # a minimal /dev: the nodes of DEVICES
+    for node in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri")):
+        out.append(Mount("dev", node, node))  # the GPU stays usable
+    out.append(Mount("proc", "/proc"))
+    out.append(Mount("tmpfs", "/tmp", size=scratch_bytes, inodes=SCRATCH_INODES))
+    out.append(Mount("tmpfs", "/dev/shm", size=scratch_bytes, inodes=SCRATCH_INODES))
+    inside = [p for p in visible if _within_any(os.path.realpath(p), [scratch])]
+    for path in sorted(set(visible) - set(inside), key=lambda p: p.rstrip("/").count("/")):  # parents first
+        ro(path)
+    # the scratch after the read-only paths: a visible parent of it (the pre-check's cache folder
+    # holds its scratch) bound later would cover it read-only
+    if keep_scratch:
+        out.append(Mount("rw", os.path.realpath(scratch), os.path.realpath(scratch)))
+    else:
+        out.append(Mount("tmpfs", scratch, size=scratch_bytes, inodes=SCRATCH_INODES))
+        out.append(Mount("dir", os.path.join(scratch, "tmp")))
+    for path in sorted(inside, key=lambda p: p.rstrip("/").count("/")):
+        real = os.path.realpath(path)
+        if os.path.exists(real):
+            out.append(Mount("ro", real, real))  # the host's folder, over the private scratch
+    return out
+
+
+# The tools a build runs: where PATH finds them may be a link out of /usr (a GPU image's compilers
+# under /opt, say: inside a box without them every build failed with "No such file or directory: 'gcc'").
+BUILD_TOOLS = ("cc", "c++", "gcc", "g++", "nvcc", "ninja", "ld", "as")
+
+
+def _library_paths() -> list[str]:
+    """CUDA, library and tool folders the environment names outside /usr (a CUDA in /opt, say):
+    CUDA_HOME, LD_LIBRARY_PATH, the folders of PATH, and the real folder of each build tool."""
+    paths = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", "")]
+    paths += os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+    paths += os.environ.get("PATH", "").split(os.pathsep)
+    for tool in BUILD_TOOLS:
+        found = shutil.which(tool)
+        if found:
+            paths.append(os.path.dirname(os.path.realpath(found)))
+    return [p for p in dict.fromkeys(paths)
+            if p and os.path.isabs(p) and not _within_any(os.path.realpath(p), ["/root", "/home", "/tmp"])]
+
+
+def _bwrap_prefix(scratch: str, visible: list[str], scratch_bytes: int, caps: tuple[str, ...] = (),
+                  keep_scratch: bool = False) -> list[str]:
+    keep = [f for cap in caps for f in ("--cap-add", f"CAP_{cap.upper()}")]
+    argv = ["bwrap", *_BWRAP_FLAGS, *keep]
+    for m in view(scratch, visible, scratch_bytes, keep_scratch):
+        if m.kind == "ro":
+            argv += ["--ro-bind", m.source, m.target]
+        elif m.kind == "rw":
+            argv += ["--bind", m.source, m.target]
+        elif m.kind == "link":
+            argv += ["--symlink", m.source, m.target]
+        elif m.kind == "dev":
+            argv += ["--dev", "/dev"] if not m.source else ["--dev-bind", m.source, m.target]
+        elif m.kind == "proc":
+            argv += ["--proc", m.target]
+        elif m.kind == "tmpfs":
+            # bubblewrap sets a tmpfs's size, not its inode count: there the files' memory, which
+            # the box's memory limit counts, bounds them
+            argv += ["--size", str(m.size), "--tmpfs", m.target]
+        elif m.kind == "dir":
+            argv += ["--dir", m.target]
+    return argv + ["--remount-ro", "/", "--chdir", scratch, "--"]
+
+
+def _unshare_prefix(scratch: str, visible: list[str], scratch_bytes: int, caps: tuple[str, ...] = (),
+                    keep_scratch: bool = False) -> list[str]:
+    keep = ",".join(["-all", *(f"+{cap}" for cap in caps)])
+    plan = json.dumps([m.__dict__ for m in view(scratch, visible, scratch_bytes, keep_scratch)])
     return ["setpriv", "--pdeathsig", "KILL", "--",
             "unshare", "--pid", "--fork", "--kill-child", "--mount", "--net", "--ipc", "--uts",
             "--mount-proc", "--propagation", "private", "--",
-            sys.executable, "-I", MOUNTS_SCRIPT, scratch, *visible, "--",
-            "setpriv", "--bounding-set", "-all", "--inh-caps", "-all", "--ambient-caps", "-all", "--no-new-privs",
+            sys.executable, "-I", MOUNTS_SCRIPT, scratch, plan, "--",
+            "setpriv", "--bounding-set", keep, "--inh-caps", keep, "--ambient-caps", keep, "--no-new-privs",
             "--"]
 
 
@@ -322,8 +460,9 @@ class Box:
 
 
 def box(inner: list[str], scratch: str, visible: list[str], limits: Limits, env_scrubbed: bool,
-        required: bool) -> Box:
+        required: bool, caps: tuple[str, ...] = (), keep_scratch: bool = False) -> Box:
     """The command that runs `inner` confined to `scratch`, with `visible` paths readable.
+    `caps`: capabilities `inner` keeps to drop them itself (the judge: JUDGE_CAPS); none else.
     Raises ConfinementUnavailable when `required` and a required protection is missing."""
     here = offer()
     mech = here.mechanism()
@@ -352,13 +491,14 @@ def box(inner: list[str], scratch: str, visible: list[str], limits: Limits, env_
             rec.process_limit, rec.process_via = PROCESS_LIMIT, "rlimit_nproc"
         argv = ["prlimit", *rl, "--", *argv]
     if mech == "bwrap":
-        argv = _bwrap_prefix(scratch, [p for p in visible if _under_tmp(p)]) + argv
+        argv = _bwrap_prefix(scratch, visible, limits.scratch_bytes, caps, keep_scratch) + argv
     elif mech == "unshare":
-        argv = _unshare_prefix(scratch, [p for p in visible if _under_tmp(p)]) + argv
+        argv = _unshare_prefix(scratch, visible, limits.scratch_bytes, caps, keep_scratch) + argv
     elif here.setpriv:
         argv = ["setpriv", "--pdeathsig", "KILL", "--", *argv]
     if mech != "none":
         rec.network = rec.filesystem = rec.pid_namespace = rec.caps_dropped = True
+        rec.scratch_limit_mb = limits.scratch_bytes >> 20
     rec.die_with_parent = mech != "none" or here.setpriv
     if cg is not None:
         argv = cg.join(argv)
@@ -447,3 +587,36 @@ def kill_tree(pid: int, cgroup: Optional[Cgroup] = None, grace_s: float = 5.0) -
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(alive(p) for p in seen):
         time.sleep(0.02)
+
+
+def remove_tree(path: str) -> None:
+    """Remove a folder whatever its depth (shutil.rmtree recurses once per level: a tree
+    thousands of folders deep raises RecursionError). Missing is fine."""
+    if not os.path.lexists(path):
+        return
+    rm = shutil.which("rm")
+    if rm:
+        subprocess.run([rm, "-rf", "--one-file-system", "--", path], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    if os.path.lexists(path):  # no rm here, or it could not: an iterative walk, deepest first
+        stack = [path]
+        while stack:
+            top = stack[-1]
+            try:
+                entries = list(os.scandir(top))
+            except NotADirectoryError:
+                entries = []
+            except OSError:
+                stack.pop()
+                continue
+            subdirs = [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+            for e in entries:
+                if not e.is_dir(follow_symlinks=False):
+                    with contextlib.suppress(OSError):
+                        os.unlink(e.path)
+            if subdirs:
+                stack.extend(subdirs)
+                continue
+            stack.pop()
+            with contextlib.suppress(OSError):
+                os.rmdir(top) if os.path.isdir(top) and not os.path.islink(top) else os.unlink(top)

@@ -7,8 +7,9 @@ measurement, and a study's model while it generates, hold an flock on
 `<lock dir>/<device>.lock`, the device named as the machine numbers it (`lock_key`: behind
 CUDA_VISIBLE_DEVICES, as under Ray, a process's `cuda:0` may be the host's GPU 3). The folder is
 one per machine (KERNELWRIGHT_LOCK_DIR, default /tmp/kernelwright-device-locks), so threads,
-sandboxed workers and separate kernelwright runs (two studies, a study and an optimize run) all
-take turns on a device. The kernel drops an flock when
+sandboxed judges and separate kernelwright runs (two studies, a study and an optimize run) all
+take turns on a device. The folder is not in a sandbox's box: the judge there reaches its
+device's lock and gate through descriptors it inherited (`adopt`), so no candidate can take them. The kernel drops an flock when
 its holder dies, so a killed run never leaves a device locked. Within one thread the lock is
 re-entrant (a worker holds it across the candidate's and the reference's timing, each of which
 takes it again).
@@ -48,6 +49,16 @@ from typing import IO, Optional
 from kernelwright.errors import EvaluatorError, GPUUnavailableError
 
 _held = threading.local()  # path -> [open file, stack of modes (True: exclusive)], per thread
+# lock path -> a descriptor of it this process inherited: the sandboxed judge, whose box holds no
+# lock folder (confine.py), reaches its device's locks only through these (`adopt`)
+_adopted: dict[str, int] = {}
+
+
+def adopt(fds: dict[str, int]) -> None:
+    """Take the locks named by path through inherited descriptors instead of the lock folder."""
+    for path, fd in fds.items():
+        os.set_inheritable(fd, False)  # never passed on: a child of this process gets no lock
+        _adopted[str(path)] = fd
 
 
 def device_key(device: str) -> str:
@@ -100,6 +111,9 @@ def lock_path(device: str, kind: str = "") -> Path:
 
 
 def _open(path: Path) -> IO[str]:
+    if str(path) in _adopted:
+        # a fresh open file of the same lock (flock is per open file, as from the path itself)
+        return open(f"/proc/self/fd/{_adopted[str(path)]}", "r")
     fresh = not path.parent.exists()
     path.parent.mkdir(parents=True, exist_ok=True)
     if fresh:
@@ -107,12 +121,7 @@ def _open(path: Path) -> IO[str]:
             os.chmod(path.parent, 0o1777)
         except OSError:
             pass
-    try:
-        f = open(path, "a")
-    except OSError:
-        # a confined worker sees the lock folder read-only (confine.py): flock needs no
-        # write access, and the file was made by the evaluating process before the worker started
-        return open(path, "r")
+    f = open(path, "a")
     try:
         os.chmod(path, 0o666)
     except OSError:
@@ -124,13 +133,13 @@ def gate_path(path: Path) -> Path:
     return path.with_name(path.name + ".gate")
 
 
-def prepare(device: str) -> Path:
-    """Make `device`'s lock file and its gate now, so a worker that sees the folder read-only can
-    still lock them; returns the folder, which the sandbox binds into the worker's view."""
+def prepare(device: str) -> tuple[Path, Path]:
+    """Make `device`'s lock file and its gate now; returns both, whose descriptors the sandboxed
+    judge inherits (its box does not hold the lock folder)."""
     path = lock_path(device)
     _open(path).close()
     _open(gate_path(path)).close()
-    return path.parent
+    return path, gate_path(path)
 
 
 class DeviceLock:
@@ -176,7 +185,7 @@ class DeviceLock:
         mode = modes.pop()
         if not modes:
             del held[self.path]
-            f.close()  # closing the descriptor drops the flock
+            f.close()  # closing the (only) descriptor of its open file drops the flock
         elif mode and not modes[-1]:
             fcntl.flock(f, fcntl.LOCK_SH)  # back to the shared hold this thread had
 

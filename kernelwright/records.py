@@ -208,6 +208,8 @@ class Accuracy(BaseModel):
     ref_max_abs_err: float
     rms_err: float
     ref_rms_err: float
+    # the float64 output's root mean square: the scale the hearing's slack is relative to
+    scale: Optional[float] = None
 
 
 class Finding(BaseModel):
@@ -250,6 +252,9 @@ class TimingStats(BaseModel):
     # Median of the protocol's null calls (the same input and output copies and round trip to the
     # reference's runner, no forward), timed in the same loop: what the protocol adds to every call.
     protocol_ms: Optional[float] = None
+    # False where every call's tensors sat at the same place of the runners' arenas (fresh values
+    # each call): a call over footprint.ONE_PLACE_ABOVE_BYTES, whose arenas hold one call, not two.
+    fresh_place: bool = True
 
 
 class Mismatch(BaseModel):
@@ -260,6 +265,9 @@ class Mismatch(BaseModel):
     mean_abs_diff: Optional[float] = None
     mismatch_fraction: Optional[float] = None  # share of elements outside the tolerance
     nonfinite_in_candidate: int = 0
+    # ||candidate - reference|| / ||reference|| over the whole output (measure/compare.py): what the
+    # elementwise tolerance cannot see where most values are below its atol
+    relative_error: Optional[float] = None
     detail: Optional[str] = None
     # the float64 hearing's errors where it ran and the output was less accurate than the reference
     # (measure/compare.py); kept out of `summary`, which is what a model's repair prompt reads
@@ -272,6 +280,8 @@ class Mismatch(BaseModel):
             parts.append(f"max abs diff {self.max_abs_diff:.3g}, mean abs diff {self.mean_abs_diff:.3g}")
         if self.mismatch_fraction is not None:
             parts.append(f"{100 * self.mismatch_fraction:.1f}% of elements outside tolerance")
+        if self.relative_error is not None:
+            parts.append(f"relative error of the whole output {self.relative_error:.3g}")
         if self.nonfinite_in_candidate:
             parts.append(f"{self.nonfinite_in_candidate} NaN/Inf where the reference is finite")
         return "; ".join(parts) or (self.detail or "")
@@ -285,7 +295,9 @@ class Confinement(BaseModel):
     mechanism: str = "none"  # bwrap | unshare | none
     env_scrubbed: bool = False  # the worker got an allowlisted environment (no keys or tokens)
     network: bool = False  # an empty network namespace: no route to any host or local service
-    filesystem: bool = False  # read-only everywhere except its private scratch folder
+    # only what it needs, read-only (no home, task file, build cache or lock folder), writable
+    # only its private scratch, /tmp and /dev/shm (tmpfs of `scratch_limit_mb` each)
+    filesystem: bool = False
     pid_namespace: bool = False  # its own PID namespace: one kill ends the whole tree
     die_with_parent: bool = False  # killed when the evaluating process dies
     caps_dropped: bool = False  # no capabilities (cannot remount, escape a cgroup, ...)
@@ -294,6 +306,10 @@ class Confinement(BaseModel):
     process_limit: Optional[int] = None
     process_via: Optional[str] = None  # cgroup_v2 | cgroup_v1 | rlimit_nproc
     cpu_limit_s: Optional[int] = None  # RLIMIT_CPU per process, a backstop to the wall clock
+    # the candidate's runner in PID and mount namespaces of its own, apart from the judge and the
+    # reference's runner (evaluate/isolation.py), as the judge read it from /proc; None: not known
+    runner_isolated: Optional[bool] = None
+    scratch_limit_mb: Optional[int] = None  # the size of each of its writable tmpfs
     missing: list[str] = Field(default_factory=list)
     trusted: bool = False
 
@@ -330,6 +346,11 @@ class EvalResult(Versioned):
     # set where some output was outside the tolerance and passed against the float64 reference
     accuracy: Optional[Accuracy] = None
     trials: int = 0
+    # The seeds every check's inputs were drawn with, by stage (correctness, count_ops, recheck, work;
+    # `mismatch.trial` indexes correctness): drawn by the judge from `secrets` when needed, so no
+    # candidate can know them, and recorded only after the verdict. Timed calls are fresh too and
+    # each checked; their seeds are not kept.
+    input_seeds: dict[str, list[int]] = Field(default_factory=dict)
     mismatch: Optional[Mismatch] = None
     timing: Optional[TimingStats] = None
     ref_timing: Optional[TimingStats] = None
@@ -457,8 +478,8 @@ class EvalJob(BaseModel):
     time: bool = True
     compile_only: bool = False
     prebuild: bool = False  # import the candidate (its builds land in the cache) and stop
-    builds_root: str
-    build_scope: str
+    builds_root: str  # the cache's on the host; the sandbox points it at its copy of `cache_keys`
+    cache_keys: list[str] = Field(default_factory=list)  # the trusted builder's keys this job may load
     compat: str = "kernelwright"
     workdir: str = ""  # the judge's private scratch: set by the sandbox
     nonce: str = ""  # authenticates the judge's messages: set by the sandbox, never logged
@@ -490,6 +511,8 @@ def parse_job(text: str) -> SandboxJob:
 class JudgeResult(BaseModel):
     """The judge's closing message: its verdict, the reason, and the result's measured fields."""
 
-    verdict: str  # a Verdict's value, or reference_failed / infrastructure_error (not the candidate's)
+    # a Verdict's value, or reference_error / reference_out_of_memory / infrastructure_error: the
+    # judge's own observations, never a runner's claim (link.CLAIMABLE)
+    verdict: str
     error: Optional[str] = None
     fields: dict[str, Any] = Field(default_factory=dict)

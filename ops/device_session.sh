@@ -1,6 +1,6 @@
 # The device runs of docs/results/ (GPU studies and benchmarks), through the device tool; see
 # ops/README.md. Usage on the device, from the checkout:
-#   bash ops/device_session.sh chunk|place|check|skel|skelt|gemm|search|steps RUNS|side|start|opt|
+#   bash ops/device_session.sh chunk|place|check|skel|skelt|gemm|search|steps RUNS|kb|side|start|opt|
 #                              ray|scaling|copy|pool|simple K/N|gputests FILES|poll S|collect
 # Long jobs run detached (`setsid nohup`: a job left in the call's process group dies with the call)
 # from a copy of the checkout (/tmp/kwb), so that a later call's fresh checkout cannot change them;
@@ -98,6 +98,18 @@ ts = load_tasks('builtin'); print(' '.join('-t ' + t.id for t, p in zip(ts, plan
       > /tmp/kwout/study-$t-${r%%+*}.log 2>&1 < /dev/null &
   done
   disown -a; sleep 2; echo started ;;
+kb)  # the KernelBench subset, CUDA and Triton side by side, every cell begun at once (the files of
+  # studies/kernelbench-subset-*.toml as they are). The data travels carried as .carry/kernelbench
+  # (a copy of ../shared/kernelbench) and is put where the study files name it, the copy's sibling
+  bash "$0" copy
+  rm -rf /tmp/shared/kernelbench && mkdir -p /tmp/shared && cp -a .carry/kernelbench /tmp/shared/kernelbench
+  cd /tmp/kwb
+  export PYTHONPATH=/tmp/site:/tmp/kwb
+  for t in cuda triton; do
+    setsid nohup python3 -m kernelwright.cli.main study run studies/kernelbench-subset-$t.toml --out /tmp/st/kb-$t \
+      > /tmp/kwout/study-kb-$t.log 2>&1 < /dev/null &
+  done
+  disown -a; sleep 2; echo started ;;
 side)  # two studies side by side on one GPU (CUDA and Triton targets, the built-in suite at
   # full size, zero_shot+scaffold: one sample a cell, so both can finish in a session) with plain
   # copies of the references timed beside them
@@ -177,7 +189,7 @@ pool)  # the throughput benchmark's pool pass, detached, on a quiet machine (not
   disown -a; sleep 2; echo started ;;
 copy)  # `copy [DIR]`: the checkout as it is now, for detached jobs (default /tmp/kwb)
   dest=${2:-/tmp/kwb}
-  rm -rf "$dest" && mkdir -p "$dest" && cp -a kernelwright benchmarks scripts ops tests examples pyproject.toml "$dest/"
+  rm -rf "$dest" && mkdir -p "$dest" && cp -a kernelwright benchmarks scripts ops tests examples studies pyproject.toml "$dest/"
   echo copied ;;
 simple)  # its simple pass, detached; saved after every candidate, continued from its save if present.
   # `simple K/N` runs part K of N (saved in simple-K.json); parts may run side by side (times add up).

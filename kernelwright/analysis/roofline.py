@@ -155,10 +155,13 @@ def device_peaks(device: str | DevicePeaks, *, measure: bool = True) -> DevicePe
     raise ValueError(f"unknown device {device!r}: use cpu, cuda[:N] or one of {sorted(_ALIASES)}")
 
 
+PEAKS_FILE = "device_peaks.json"  # in the cache root: measured once per machine
+
+
 def cpu_peaks(cache_dir: Path | None = None) -> DevicePeaks:
     """This CPU's copy bandwidth and fp32 matmul rate, measured once per machine and cached."""
     root = cache_dir or Path(os.environ.get("KERNELWRIGHT_CACHE") or Path.home() / ".cache" / "kernelwright")
-    path = root / "device_peaks.json"
+    path = root / PEAKS_FILE
     key = _cpu_fingerprint()
     try:
         cached = json.loads(path.read_text())

@@ -7,6 +7,7 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.text import Text
 from typer.core import TyperGroup
 
 from kernelwright.errors import EXIT_BAD_INPUT, KernelwrightError
@@ -17,8 +18,9 @@ out = Console()
 
 
 def say_error(message: str) -> None:
-    """The one-line error every command prints (then exits non-zero)."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """The one-line error every command prints (then exits non-zero). The message may quote a
+    candidate's or a task's text: plain text, never markup."""
+    err.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:

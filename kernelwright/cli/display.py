@@ -66,7 +66,8 @@ class Display:
 
     def say(self, line: str) -> None:
         """A permanent line (above the live block on a terminal)."""
-        self.console.print(f"[dim]{_clock(self.elapsed())}[/] {line}", highlight=False, soft_wrap=True)
+        # the line may quote the model's or a candidate's text: plain text, never markup
+        self.console.print(Text.assemble((_clock(self.elapsed()), "dim"), " ", line), soft_wrap=True)
 
     def __call__(self, e: Event) -> None:
         if isinstance(e, Step):

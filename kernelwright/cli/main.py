@@ -194,6 +194,8 @@ def run_cmd(
     size: str = typer.Option("auto", help=SIZE_HELP),
 ) -> None:
     """Run one interaction regime on one task with a model, evaluating every candidate."""
+    from rich.text import Text
+
     from kernelwright.cli.display import Display
     from kernelwright.evaluate import EvalConfig
     from kernelwright.executors.base import EXECUTORS, make_executor, opened
@@ -235,7 +237,8 @@ def run_cmd(
     if json_out:
         print(cell.model_dump_json(indent=2))
     else:
-        out.print(f"[bold]{cell.verdict.value}[/] — {cell.reason}" + (f"\nroute: {cell.route}" if cell.route else ""))
+        out.print(Text.assemble((cell.verdict.value, "bold"), f" — {cell.reason}"
+                                + (f"\nroute: {cell.route}" if cell.route else "")))
         out.print(f"{len(cell.attempt_ids)} candidate(s), {cell.turns} turn(s), {cell.wall_s:.0f} s, "
                   f"{cell.usage.completion_tokens} tokens generated")
 

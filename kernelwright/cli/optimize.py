@@ -55,7 +55,7 @@ def optimize_cmd(
 
     Exit codes: 0 a verified faster kernel was kept; 2 bad input (before any generation) or the model stopped answering; 3 the GPU stopped answering; 4 nothing verified beats the reference.
     """
-    from kernelwright.cli.console import err, fail
+    from kernelwright.cli.console import err, fail, say_error
     from kernelwright.cli.console import out as stdout
     from kernelwright.cli.display import Display
     from kernelwright.executors.base import EXECUTORS
@@ -128,5 +128,5 @@ def optimize_cmd(
     stdout.print(f"{outcome.attempts} attempt(s), {outcome.rounds} round(s), {outcome.wall_s:.0f} s; "
                  f"report: {folder / 'report.md'}", highlight=False, soft_wrap=True)
     if outcome.error:
-        err.print(f"[bold red]error:[/] {outcome.error}", highlight=False, soft_wrap=True)
+        say_error(outcome.error)
     raise typer.Exit(outcome.exit_code)

@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -59,10 +60,11 @@ class StudyProgress:
                 if not self.live:
                     done = int(self.progress.tasks[0].completed) if self.progress.tasks else 0
                     what = cell.verdict.value if getattr(cell, "status", "ok") == "ok" else f"FAILED ({cell.failure})"
-                    self.console.print(f"[{done}/{self.total}] {cell.regime} {cell.task_id} seed {cell.seed}: {what}",
-                                       highlight=False, soft_wrap=True)
+                    # plain text: a failure quotes what failed, a candidate's words among it
+                    self.console.print(Text(f"[{done}/{self.total}] {cell.regime} {cell.task_id} seed {cell.seed}: "
+                                            f"{what}"), soft_wrap=True)
             elif isinstance(e, CellSkipped):
-                self.console.print(f"left pending: {e.key}: {e.why}", highlight=False, soft_wrap=True)
+                self.console.print(Text(f"left pending: {e.key}: {e.why}"), soft_wrap=True)
             elif isinstance(e, ExecutorReady):
                 self.console.print(e.layout, highlight=False, soft_wrap=True)
             if self._bar is not None:

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from pydantic import BaseModel
 
+from kernelwright.measure import footprint
+
 ALIGN = 64  # a cache line: no two tensors share one, and every dtype is aligned
 
 _DTYPES = {str(d).replace("torch.", ""): d for d in (
@@ -79,11 +81,18 @@ class Placement:
         return ref
 
     def fits(self, nbytes: int) -> bool:
-        """Whether a call needing `nbytes` leaves room for the next one: half of the arena at most,
-        so consecutive calls never share an address (an address comes back every other call, with
+        """Whether a call needing `nbytes` has its room (footprint.arena_bytes): twice its bytes, so
+        consecutive calls never share an address (an address comes back every other call, with
         new values: a memo keyed by it serves a wrong output, which the check of every timed call
-        catches). Not more: on a GPU two runners' arenas of a full-size task are gigabytes each."""
-        return 2 * nbytes <= self.nbytes
+        catches); once its bytes above footprint.ONE_PLACE_ABOVE_BYTES, every call at the start
+        (`start`). Not more: on a GPU two runners' arenas of a full-size task are gigabytes each."""
+        return footprint.arena_bytes(nbytes) <= self.nbytes
+
+    def start(self, nbytes: int) -> None:
+        """Before a call's first `place`: a call that reuses one place starts at the arena's start,
+        so its tensors never wrap onto each other whatever the call before it left."""
+        if footprint.one_place(nbytes):
+            self.cursor = 0
 
 
 class Arena(Placement):

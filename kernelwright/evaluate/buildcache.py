@@ -1,32 +1,28 @@
-"""The shared build cache: extensions built once, loaded by later evaluations of the same candidate.
+"""The build cache: extensions the trusted builder made, loaded by later evaluations.
 
-A worker never writes the cache (it is read-only inside the sandbox). It builds in its own
-scratch folder, `<scratch>/builds/<key>/`, where `key` hashes what is built (sources, flags,
-arch, torch version). After the worker's tree is dead, the trusted parent promotes each built
-library into the cache under the *candidate's* scope and records the library's sha256 beside it:
+Only the trusted builder's products are ever cached (builder.py): a sandboxed process that runs no
+candidate code, only `load_inline`'s compile and link of arguments the parent read from the
+candidate's source without running it (buildspec.py), one key per box, so one key's build cannot
+touch another's. It writes its one library per key through a descriptor of a host folder the box
+does not otherwise see; the parent promotes only the key it computed itself, and records the
+library's sha256 with it:
 
-    <cache>/builds/<scope>/<key>/<name>.so     scope: the candidate's code hash
-    <cache>/builds/<scope>/<key>.json          {"artifact": "<name>.so", "sha256": ...}
+    <cache>/builds/shared/<key>/<name>.so
+    <cache>/builds/shared/<key>/entry.json     {"artifact": "<name>.so", "sha256": ...}
+    <cache>/builds/shared/<key>.failed         the error text of a failed build of <key>
 
-Why a scope per candidate: what a candidate leaves in its scratch is its own to choose, so a
-library promoted from it can only ever be loaded by evaluations of that same candidate (the
-pool's prebuild and its evaluation, a re-evaluation). A candidate cannot plant a library under
-another candidate's key. Why the sha256: builds are keyed by their output too, so an entry changed
-after promotion (by anything) is refused and rebuilt, never loaded.
-
-One scope is shared by every candidate: `shared/`, written only from builds the *trusted builder*
-made (builder.py): a sandboxed process that runs no candidate code, only `load_inline`'s compile
-and link of arguments the parent read from the candidate's source without running it
-(buildspec.py), and never loads what it built. The parent promotes from the builder's scratch only
-the keys it computed itself from those arguments. What lands under a key is therefore what
-compiling exactly those arguments produces, whoever asked: a second candidate with the same
-sources and flags loads it instead of building again, and nothing a candidate does at run time
-can reach it. (A hostile flag runs its commands inside the builder's sandbox, at build time; it can
-only change the output for its own key, which is the output of those same flags for anyone.)
+An entry appears at once (a staged folder renamed into place) and only once: a key already
+present is never replaced, so whatever a later build of the same key produces cannot change what
+the first one published. `key` hashes everything that decides the product (the arguments, the
+arch, torch's version, the compiler the environment names). What a candidate's own process builds
+stays in its box's scratch and dies with it. A worker never sees the cache: the parent copies the
+entries of its job's keys into the worker's scratch (`provide`), where the worker verifies each
+against its sha256 before loading it (`lookup`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -38,6 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from kernelwright.analysis.roofline import PEAKS_FILE
 from kernelwright.evaluate.taxonomy import is_disk_full
 
 log = logging.getLogger(__name__)
@@ -51,10 +48,10 @@ MAX_FAILURE_BYTES = 64 << 10
 
 
 SHARED = "shared"  # the scope of the trusted builder's builds, for every candidate
-
-
-def scope_of(code_hash: str) -> str:
-    return code_hash[:24]
+INDEX = "entry.json"
+# the compilers torch's build uses, as the environment names them: a different compiler makes a
+# different library from the same arguments
+_TOOLCHAIN_ENV = ("CC", "CXX", "NVCC", "CUDA_HOME", "CUDA_PATH")
 
 
 def torch_version() -> Optional[str]:
@@ -75,6 +72,7 @@ def build_key(arguments: dict, arch: str, torch_version: str) -> str:
     material = {k: v for k, v in arguments.items() if k not in ("build_directory", "verbose")}
     material["arch"] = arch
     material["torch"] = torch_version
+    material["toolchain"] = {k: os.environ[k] for k in _TOOLCHAIN_ENV if os.environ.get(k)}
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
@@ -88,13 +86,14 @@ def sha256_file(path: str) -> str:
 
 def lookup(root: str, scope: str, key: str, name: str) -> tuple[Optional[str], str]:
     """(the folder holding `<name>.so` if a verified entry exists, what happened: hit, miss, rejected)."""
-    index = os.path.join(root, scope, f"{key}.json")
+    folder = os.path.join(root, scope, key)
     try:
-        with open(index) as f:
+        with open(os.path.join(folder, INDEX)) as f:
             entry = json.load(f)
     except (OSError, ValueError):
         return None, "miss"
-    folder = os.path.join(root, scope, key)
+    if not isinstance(entry, dict):
+        return None, "rejected"
     artifact = os.path.join(folder, f"{name}{SUFFIX}")
     try:
         ok = entry.get("artifact") == f"{name}{SUFFIX}" and sha256_file(artifact) == entry.get("sha256")
@@ -139,43 +138,39 @@ def record_failures(scratch: str, root: str, keys: set[str]) -> list[str]:
                 continue  # the machine's fault, not the arguments': the worker meets it itself
             home = Path(root) / SHARED
             home.mkdir(parents=True, exist_ok=True)
-            tmp = home / f".{key}.failed.tmp"
-            tmp.write_text(text)
-            os.replace(tmp, home / f"{key}.failed")
-            done.append(key)
+            if _publish_file(home, f"{key}.failed", text.encode()):
+                done.append(key)
         except OSError as e:
             log.warning("could not record the failed build %s: %s", key, e)
     return done
 
 
-def promote(scratch: str, root: str, scope: str, only: Optional[set[str]] = None) -> list[str]:
-    """Copy the libraries a (dead) worker built in `scratch` into the cache under `scope`;
-    returns the keys promoted. Only plain files with plain names are taken: symlinks and odd
-    names a candidate may have planted in its scratch are ignored. `only`: the keys to take
-    (the shared scope takes only the keys the parent computed itself)."""
+def promote(scratch: str, root: str, only: set[str]) -> list[str]:
+    """Copy into the shared scope the libraries the trusted builder wrote under `scratch/builds`
+    for the keys in `only` (those the parent computed itself); returns the keys promoted. Only a
+    plain file with a plain name is taken: nothing else in the folder is read."""
     builds = Path(scratch) / "builds"
     if not builds.is_dir() or builds.is_symlink():
         return []
     done = []
-    for entry in sorted(os.listdir(builds)):
+    for entry in sorted(only):
         folder = builds / entry
         if not _KEY.match(entry) or folder.is_symlink() or not folder.is_dir():
-            continue
-        if only is not None and entry not in only:
             continue
         libs = [p for p in folder.iterdir() if p.name.endswith(SUFFIX) and _NAME.match(p.name[:-len(SUFFIX)])
                 and _regular(p)]
         if len(libs) != 1:
             continue  # no link happened (a failed build), or something not torch's layout
-        if _install(libs[0], Path(root) / scope, entry):
+        if _install(libs[0], Path(root) / SHARED, entry):
             done.append(entry)
     return done
 
 
 def _install(lib: Path, home: Path, key: str) -> bool:
-    name = lib.name[:-len(SUFFIX)]
-    if lookup(str(home.parent), home.name, key, name)[1] == "hit":
-        return False  # already there and intact
+    """Publish `lib` as the entry of `key`, once: a key already present and intact keeps what it
+    has; one that no longer matches its own sha256 (changed on the host) is replaced as a whole."""
+    if (home / key).exists() and _intact(home, key):
+        return False
     home.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=home))
     try:
@@ -183,17 +178,79 @@ def _install(lib: Path, home: Path, key: str) -> bool:
         with os.fdopen(fd, "rb") as src, open(staging / lib.name, "wb") as dst:
             shutil.copyfileobj(src, dst)
         digest = sha256_file(str(staging / lib.name))
-        target = home / key
-        if target.exists():
-            shutil.rmtree(target)  # a stale or refused entry: replaced as a whole
-        os.rename(staging, target)
-        index = home / f"{key}.json"
-        tmp = home / f".{key}.json.tmp"
-        tmp.write_text(json.dumps({"artifact": lib.name, "sha256": digest}))
-        os.replace(tmp, index)  # the index last: an entry is visible only once complete
+        (staging / INDEX).write_text(json.dumps({"artifact": lib.name, "sha256": digest}))
+        if (home / key).exists():  # refused as changed: moved aside at once, then removed
+            aside = Path(tempfile.mkdtemp(prefix=f".{key}-refused-", dir=home))
+            with contextlib.suppress(OSError):
+                os.rename(home / key, aside / key)
+            shutil.rmtree(aside, ignore_errors=True)
+        try:
+            os.rename(staging, home / key)  # atomic; fails where another promotion got there first
+        except OSError:
+            return False
         return True
     except OSError as e:
         log.warning("could not promote build %s: %s", key, e)
         return False
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _intact(home: Path, key: str) -> bool:
+    try:
+        name = str(json.loads((home / key / INDEX).read_text())["artifact"])[: -len(SUFFIX)]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return lookup(str(home.parent), home.name, key, name)[1] == "hit"
+
+
+def _publish_file(home: Path, name: str, data: bytes) -> bool:
+    """Write `home/name` once: complete or absent, never replaced."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=home)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.link(tmp, home / name)  # fails where it exists
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(tmp)
+
+
+def provide(root: str, keys: list[str], inbox: str) -> str:
+    """Copy the verified shared entries and recorded failures of `keys` from the cache at `root`
+    into `inbox/builds` (a worker's scratch, read-only in its box), with the machine's measured
+    device peaks beside; returns the builds root the worker is told to read."""
+    dest = Path(inbox) / "builds" / SHARED
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a full disk, say: the worker then builds what it needs itself
+        log.warning("could not give the worker its cache entries: %s", e)
+        return str(Path(inbox) / "builds")
+    for key in keys:
+        if not _KEY.match(key):
+            continue
+        failed = Path(root) / SHARED / f"{key}.failed"
+        if _regular(failed):
+            with contextlib.suppress(OSError):
+                shutil.copyfile(failed, dest / failed.name)
+        try:
+            entry = json.loads((Path(root) / SHARED / key / INDEX).read_text())
+            name = str(entry["artifact"])[: -len(SUFFIX)]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        folder, _ = lookup(root, SHARED, key, name) if _NAME.match(name) else (None, "")
+        if folder is None:
+            continue
+        try:
+            (dest / key).mkdir()
+            shutil.copyfile(os.path.join(folder, f"{name}{SUFFIX}"), dest / key / f"{name}{SUFFIX}")
+            shutil.copyfile(os.path.join(folder, INDEX), dest / key / INDEX)
+        except OSError as e:  # a partial copy fails the worker's sha256 check: it builds instead
+            log.warning("could not give the worker the cache entry %s: %s", key, e)
+    peaks = Path(root).parent / PEAKS_FILE
+    if _regular(peaks):
+        with contextlib.suppress(OSError):
+            shutil.copyfile(peaks, Path(inbox) / PEAKS_FILE)
+    return str(Path(inbox) / "builds")

@@ -1,27 +1,33 @@
 """The trusted builder: compile and link the literal `load_inline` calls of a candidate, run nothing.
 
 It runs in the same sandbox as a worker (a pool's started worker takes a build job too: see
-worker.main), gets from the parent the arguments read from the candidate's source
-(buildspec.py) with the key the parent computed for each, and builds each into
-`<scratch>/builds/<key>/`. It never imports the candidate and never loads what it built: torch's
-loader is replaced by a no-op before the first build, so no code of the candidate (a static
-initializer in its library, say) runs here. The parent promotes only the keys it computed into
-the shared scope of the build cache (buildcache.py). A build that fails leaves its error text
-(torch's exception, the compiler's output in it) in `<key>/FAILED`; the parent records it in the
-shared scope too, and the worker raises it where its own load_inline would have raised the same,
-so a failing build costs one compile, not two, and ends in the same verdict.
+judge.main), gets from the parent the arguments read from the candidate's source
+(buildspec.py) with the key the parent computed, and builds in its box's private scratch. It
+never imports the candidate and never loads what it built: torch's loader is replaced by a no-op
+before the first build, so no code of the candidate (a static initializer in its library, say)
+runs here. The parent sends one key per box (evaluator.shared_builds): a hostile flag's command
+runs at build time in that box, where no other key's build is. The product, the one library
+torch's layout names, is copied to `builds/<key>/` of the outbox: a descriptor of the host folder
+under the scratch, which nothing else in the box holds. The parent promotes only the key it
+computed into the shared scope of the build cache (buildcache.py). A build that fails leaves its
+error text (torch's exception, the compiler's output in it) in `<key>/FAILED` instead; the parent
+records it in the shared scope too, and the worker raises it where its own load_inline would have
+raised the same, so a failing build costs one compile, not two, and ends in the same verdict.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import shutil
 import sys
+from typing import IO
 
 from kernelwright.evaluate import buildcache
 from kernelwright.records import BuildJob
 
 
-def run(job: BuildJob) -> None:
+def run(job: BuildJob, outbox: int) -> None:
     import torch.utils.cpp_extension as cpp_extension
 
     if not hasattr(cpp_extension, "_import_module_from_library"):
@@ -29,13 +35,35 @@ def run(job: BuildJob) -> None:
     cpp_extension._import_module_from_library = lambda *a, **k: None  # build, never load
     os.environ["TORCH_CUDA_ARCH_LIST"] = job.arch  # the arch the worker will build for
     for build in job.builds:
-        folder = os.path.join(job.workdir, "builds", build.key)
+        folder = os.path.join(job.workdir, "trusted-builds", build.key)
         os.makedirs(folder, exist_ok=True)
         arguments = {**build.arguments, "build_directory": folder, "verbose": False}
+        name = f"{arguments.get('name')}{buildcache.SUFFIX}"
         try:
             cpp_extension.load_inline(**arguments)
+            with open(os.path.join(folder, name), "rb") as f:
+                _deliver(outbox, build.key, name, f)
         except Exception as e:  # noqa: BLE001 - recorded; the worker raises it as its own build's
             text = f"{type(e).__name__}: {e}"[: buildcache.MAX_FAILURE_BYTES]
-            with open(os.path.join(folder, buildcache.FAILED), "w") as f:
-                f.write(text)
+            _deliver(outbox, build.key, buildcache.FAILED, io.BytesIO(text.encode()))
             print(f"builder: {arguments.get('name')}: {type(e).__name__}", file=sys.stderr)
+
+
+def _deliver(outbox: int, key: str, name: str, data: IO[bytes]) -> None:
+    """`data` as `builds/<key>/<name>` under the outbox descriptor (the host's folder): complete or
+    absent (written under a temporary name, then renamed), so a full disk never leaves half a
+    library for the parent to promote."""
+    for part in ("builds", f"builds/{key}"):
+        try:
+            os.mkdir(part, dir_fd=outbox)
+        except FileExistsError:
+            pass
+    partial = f"builds/{key}/.{name}.part"
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=outbox)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(data, out)
+        os.rename(partial, f"builds/{key}/{name}", src_dir_fd=outbox, dst_dir_fd=outbox)
+    except BaseException:
+        os.unlink(partial, dir_fd=outbox)
+        raise

@@ -26,26 +26,28 @@ class Finish(Exception):
         self.verdict, self.error, self.fields = verdict, error, fields
 
 
-# How an out-of-memory of the reference's own run begins its error: the evaluator re-runs the
-# evaluation alone (evaluator.run_prepared) and, out of memory alone too, fails the task, not the
-# candidate. On a shared GPU the reference is no smaller than a candidate (on an H100 a study's
-# softmax cell failed on its reference's 1 GiB with 27 other runners and the model on the card).
-REFERENCE_OOM = "the reference ran out of device memory beside other work"
+# The reference's own run out of memory is said by its own verdict name, `reference_out_of_memory`
+# (JudgeResult.verdict), never by a message: the judge sends it only for its own run of the reference
+# or for the reference's runner's failure, and the evaluator re-runs the evaluation alone and, out of
+# memory alone too, fails the task, not the candidate (evaluator.run_prepared). A candidate's
+# exception worded or named like it is the candidate's out of memory. On a shared GPU the reference is
+# no smaller than a candidate (a study's softmax cell failed on its reference's 1 GiB with 27 other
+# runners and the model on the card).
 
 
 def reference_raised(e: BaseException) -> Finish:
-    """The verdict for an exception of the reference's run in the judge: out of memory as a
-    candidate's is, anything else the task's own error."""
+    """The verdict for an exception of the reference's run in the judge: out of memory as the
+    device's state, anything else the task's own error."""
     if is_out_of_memory(e):
-        return Finish("out_of_memory", f"{REFERENCE_OOM}: {error_text(e)}")
+        return Finish("reference_out_of_memory", error_text(e))
     return Finish("reference_error", error_text(e))
 
 
 def reference_failed(reply: Any) -> Finish:
-    """The verdict for the reference's runner's failed reply: out of memory as the candidate's is
-    (the device's state), anything else the task's own error."""
+    """The verdict for the reference's runner's failed reply: out of memory as the device's state,
+    anything else the task's own error."""
     if getattr(reply, "verdict", None) == "out_of_memory":
-        return Finish("out_of_memory", f"{REFERENCE_OOM}: the reference's runner: {reply.error}")
+        return Finish("reference_out_of_memory", f"the reference's runner: {reply.error}")
     return Finish("reference_error", f"the reference's runner: {reply.error}")
 
 
@@ -154,10 +156,9 @@ def import_candidate(source: str, workdir: str, counter: Any, compile_only: bool
     except SyntaxError as e:
         raise Finish("syntax_error", f"SyntaxError: {e.msg} (line {e.lineno})") from e
     except Exception as e:
+        # A full disk is not decided here, from what the candidate's build or code says (its text, an
+        # errno it raised): the evaluator observes the disk itself once the sandbox is gone (diskroom.py).
         log = getattr(e, "log", "") or ""
-        full = taxonomy.infrastructure_problem(e, log)
-        if full:  # the machine's failure, not the candidate's: no verdict
-            raise Finish("infrastructure_error", f"{full}; free space under the build cache") from e
         failed_build = any(not b["ok"] for b in counter.builds)
         if not failed_build and not isinstance(e, (ImportError, AttributeError, TypeError)):
             if compile_only and is_no_gpu_error(e):

@@ -82,6 +82,9 @@ class CudaArena(Placement):
     def create(cls, nbytes: int, device: torch.device) -> "CudaArena":
         nbytes = max(ALIGN, _round_up(nbytes))
         _current(device)
+        # the arena is allocated beside torch's caching allocator, not from it: blocks torch freed
+        # (the reference's private copy of the inputs, its intermediates) go back to the driver first
+        torch.cuda.empty_cache()
         ptr = ctypes.c_uint64()
         _check(_cu().cuMemAlloc_v2(ctypes.byref(ptr), nbytes), "cuMemAlloc")
         return cls(ptr.value, nbytes, device, owner=True)

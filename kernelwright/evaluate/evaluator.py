@@ -13,7 +13,6 @@ import contextlib
 import logging
 import os
 import re
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,8 +23,7 @@ from kernelwright import confine, devmem, pyast
 from kernelwright import device as device_lock
 from kernelwright.device import cuda_arch, resolve_size, validate_device
 from kernelwright.errors import ConfinementError, EvaluatorError, GPUUnavailableError, InfrastructureError
-from kernelwright.evaluate import buildcache, buildspec, sandbox
-from kernelwright.evaluate.candidate_load import REFERENCE_OOM
+from kernelwright.evaluate import buildcache, buildspec, diskroom, sandbox
 from kernelwright.evaluate.static_checks import check_source
 from kernelwright.extract import extract_code
 from kernelwright.measure.draw import SEED
@@ -84,6 +82,9 @@ class EvalConfig:
     # The evaluation's memory limit (its cgroup's, or RLIMIT_DATA): None is half the machine's
     # memory, at least 4 GiB (confine.Limits.for_run).
     memory_limit_mb: Optional[int] = None
+    # The size of each of the box's writable tmpfs (its scratch, /tmp, /dev/shm), held in memory and
+    # counted by the memory limit: None is confine.SCRATCH_MB.
+    scratch_mb: Optional[int] = None
     # "kernelbench": KernelBench's own definitions, to compare a re-score line by line: the candidate
     # is executed with the task module's names already in its namespace, a ModelNew.__init__ that
     # raises counts as not compiled, and the task runs at its own (full) size. Weaker on purpose
@@ -111,6 +112,8 @@ class EvalConfig:
             ("memory_limit_mb", self.memory_limit_mb, self.memory_limit_mb is None or (
                 _is_int(self.memory_limit_mb) and self.memory_limit_mb >= 64), "an integer >= 64 (MB)"),
             ("size", self.size, _is_size(self.size), "small, full, auto or a factor in (0, 1] such as 1/8"),
+            ("scratch_mb", self.scratch_mb, self.scratch_mb is None or (
+                _is_int(self.scratch_mb) and self.scratch_mb >= 16), "an integer >= 16 (MB)"),
             ("size", self.size, self.compat != "kernelbench" or self.size in ("auto", "full"),
              "auto or full with compat kernelbench (the task's own size)"),
         ) if not ok]
@@ -215,23 +218,31 @@ def run_prepared(task: Task, pre: Prepared, cfg: EvalConfig, run: Optional[Sandb
 
     Out of memory is the machine's state, not the candidate's verdict: the candidate is re-run once
     alone (the device's admission lock held exclusively: evaluations of ours already running finish
-    first and new ones wait), and the record says so. Out of memory alone too stays `out_of_memory`."""
+    first and new ones wait), and the record says so. Out of memory alone too stays `out_of_memory`;
+    the reference's own (ReferenceOutOfMemory) alone too fails the task."""
     uses_device = not (cfg.compile_only or prebuild)
     admitted = (device_lock.DeviceLock(cfg.device, shared=True, kind="admission") if uses_device
                 else contextlib.nullcontext())
+    first: Optional[str] = None  # why the first run was out of memory, when it was
+    result: Optional[EvalResult] = None
     with admitted:
-        result = _run_in_sandbox(task, pre.code, pre.code_hash, cfg, run or sandbox.run_job, prebuild)
-    if result.verdict == Verdict.OUT_OF_MEMORY and uses_device:
-        first = result.error
-        log.info("%s: out of memory beside other work (%s); re-running it alone", task.id, (first or "")[:200])
+        try:
+            result = _run_in_sandbox(task, pre.code, pre.code_hash, cfg, run or sandbox.run_job, prebuild)
+        except ReferenceOutOfMemory as e:
+            if not uses_device:
+                raise
+            first = str(e)
+    if result is not None and result.verdict == Verdict.OUT_OF_MEMORY and uses_device:
+        first = result.error or "out of memory"
+    if first is not None:
+        log.info("%s: out of memory beside other work (%s); re-running it alone", task.id, first[:200])
         with device_lock.DeviceLock(cfg.device, kind="admission") as alone:
-            # a fresh child: a pool's spare (`run`) is for one job only
-            result = _run_in_sandbox(task, pre.code, pre.code_hash, cfg, sandbox.run_job, prebuild)
-        if result.verdict == Verdict.OUT_OF_MEMORY and (result.error or "").startswith(REFERENCE_OOM):
-            raise EvaluatorError(f"task {task.id}: the reference itself fails: out of device memory even "
-                                 f"alone: {result.error}")
+            # a fresh child: a pool's spare (`run`) is for one job only. The reference's out of memory
+            # alone too (ReferenceOutOfMemory, an EvaluatorError) fails the task.
+            result = _run_in_sandbox(task, pre.code, pre.code_hash, cfg, sandbox.run_job, prebuild, alone=True)
         result.flags.append(f"out of memory beside other work; re-run alone (after waiting {alone.waited:.1f} s "
-                            f"for the device's other evaluations): {(first or '')[:300]}")
+                            f"for the device's other evaluations): {first[:300]}")
+    assert result is not None
     result.findings = pre.findings
     result.sizing = task.sizing
     if uses_device and result.verdict.outputs_match and cfg.second_shape:
@@ -308,6 +319,11 @@ def _environment(cfg: EvalConfig, device: str) -> dict[str, str]:
     # candidate 6.3 ms (3.9-10.4) and 3.4 ms (3.2-4.2): the spread, not the kernels, had decided
     # "faster". Both sides run under it alike; a config's extra_env may still set it.
     env["OMP_WAIT_POLICY"] = "PASSIVE"
+    # OpenBLAS (numpy's: the Triton interpreter's dots) keeps its threads spinning for 2^28 cycles
+    # after a call by default; its shortest wait (2^4) lets them sleep at once. A thread working
+    # between calls is the candidate's leftover work to the judge (leftovers.py), so no library's
+    # idle spinning may look like it.
+    env["OPENBLAS_THREAD_TIMEOUT"] = "4"
     if cfg.compile_only:
         from kernelwright.evaluate.compile_only import gpu_arch_list, toolkit_home
 
@@ -336,7 +352,7 @@ def make_job(task: Task, code: str, code_hash: str, cfg: EvalConfig, prebuild: b
         timing=TimingSpec(warmup=cfg.warmup, iters=cfg.iters, flush_cache=cfg.flush_cache),
         compile_baseline=cfg.compile_baseline, input_sets=cfg.input_sets, time=cfg.time,
         compile_only=cfg.compile_only or prebuild, prebuild=prebuild, builds_root=str(builds_root(cfg)),
-        build_scope=buildcache.scope_of(code_hash), compat=cfg.compat)
+        compat=cfg.compat)
 
 
 def builds_root(cfg: EvalConfig) -> Path:
@@ -349,30 +365,33 @@ def sandbox_env(cfg: EvalConfig) -> dict[str, str]:
 
 
 def sandbox_hold(cfg: EvalConfig, prebuild: bool = False) -> sandbox.Confine:
-    """How a worker for `cfg` is confined: its limits, what it may read under /tmp, what it runs."""
-    root = builds_root(cfg)
-    root.mkdir(parents=True, exist_ok=True)  # bound read-only into the sandbox: it must exist
-    # the device's lock file too: timing must exclude other processes' work on the device, and a
-    # private /tmp would give each worker a lock of its own
-    locks = device_lock.prepare(cfg.device)
-    visible = {str(root.resolve()), str(locks), _PKG_ROOT, sys.prefix, sys.base_prefix,
-               *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)}
+    """How a worker for `cfg` is confined: its limits, what it may read, what it runs."""
+    # Python and the package (the kernelwright folder alone: the checkout around it may hold task
+    # files and tests), and what the caller put on PYTHONPATH besides; never the build cache (the
+    # sandbox copies in the entries a job may load) or the device-lock folder (the judge inherits
+    # descriptors of its device's locks: timing must exclude other processes' work on the device)
+    visible = {os.path.join(_PKG_ROOT, "kernelwright"), sys.prefix, sys.base_prefix,
+               *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                 if p and os.path.realpath(p) != os.path.realpath(_PKG_ROOT))}
     # the judge (judge.py) never imports the candidate, which runs in a runner process (runner.py);
     # their shared memory is a memfd on the CPU and a CUDA IPC allocation on a GPU (cuda_arena.py)
-    return sandbox.Confine(limits=confine.Limits.for_run(cfg.timeout, cfg.memory_limit_mb),
+    return sandbox.Confine(limits=confine.Limits.for_run(cfg.timeout, cfg.memory_limit_mb, cfg.scratch_mb),
                            visible=tuple(sorted(os.path.realpath(p) for p in visible)),
+                           locks=tuple(str(p) for p in device_lock.prepare(cfg.device)),
                            env_scrubbed=True, required=not cfg.unconfined,
                            timed=cfg.time and not cfg.compile_only and not prebuild,
                            spawn_runners=cfg.device != "cpu")
 
 
 def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig, run: SandboxRun,
-                    prebuild: bool = False) -> EvalResult:
+                    prebuild: bool = False, alone: bool = False) -> EvalResult:
     job = make_job(task, code, code_hash, cfg, prebuild)
     if cfg.unconfined:
         _warn_unconfined()
     try:
         shared = shared_builds(code, cfg, job, run)
+        if shared is not None:
+            job.cache_keys = list(shared.keys)
         if shared is not None and shared.timed_out:
             # the compile of the candidate's own arguments hung: the worker's would hang the same
             return EvalResult(verdict=Verdict.TIMEOUT, error=f"killed after {cfg.timeout:.0f} s during stage "
@@ -391,14 +410,16 @@ def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig, run:
             ledger.record(key, outcome.device_memory_bytes)
     except confine.ConfinementUnavailable as e:
         raise ConfinementError(str(e)) from None
-    try:
-        # the worker's tree is dead: what it built is promoted, into its own candidate's scope only
-        # (a cache that cannot take it, a full disk say, is logged there: the verdict stands)
-        buildcache.promote(outcome.scratch, str(builds_root(cfg)), buildcache.scope_of(code_hash))
-    finally:
-        if not cfg.keep_workdir:
-            shutil.rmtree(outcome.scratch, ignore_errors=True)
-    result = _assemble(task, code_hash, cfg, outcome)
+    # what the candidate's process built died with its box; the host folder holds only the copy
+    # of the cache entries it was given
+    if not cfg.keep_workdir:
+        confine.remove_tree(outcome.scratch)
+    result = _assemble(task, code_hash, cfg, outcome, alone)
+    if result.verdict in _DISK_CAN_CAUSE:
+        # the machine's disk, observed by us with the candidate's scratch gone: never its words
+        full = diskroom.shortage(os.path.dirname(outcome.scratch))
+        if full:
+            raise InfrastructureError(f"evaluation of a candidate for {task.id} could not run here: {full}")
     if outcome.device_memory_bytes is not None:
         result.device_memory_mb = round(outcome.device_memory_bytes / devmem.MIB, 1)
     if admission is not None:
@@ -459,17 +480,21 @@ def shared_builds(code: str, cfg: EvalConfig, job: EvalJob, run: SandboxRun) -> 
     built: list[str] = []
     failed: list[str] = []
     timed_out, confinement = False, None
-    if todo:
-        build_job = BuildJob(arch=arch, builds=[BuildRequest(key=k, arguments=b.arguments) for k, b in todo.items()])
-        outcome = run(build_job, timeout=cfg.timeout, env=env, held=sandbox_hold(cfg, prebuild=True))
+    for key, build in todo.items():
+        # one box per key: a hostile flag's command runs where no other key's build is
+        build_job = BuildJob(arch=arch, builds=[BuildRequest(key=key, arguments=build.arguments)])
+        outcome = run(build_job, timeout=max(1.0, cfg.timeout - (time.monotonic() - started)), env=env,
+                      held=sandbox_hold(cfg, prebuild=True))
         timed_out, confinement = outcome.timed_out, outcome.confinement
         try:
-            # only the keys computed here: whatever else the builder's scratch holds stays there
-            built = buildcache.promote(outcome.scratch, root, buildcache.SHARED, only=set(todo))
+            # only the key computed here: whatever else the builder's outbox holds stays there
+            built += buildcache.promote(outcome.scratch, root, only={key})
             if not timed_out:  # a build cut short did not fail: the worker tries it itself
-                failed = buildcache.record_failures(outcome.scratch, root, set(todo) - set(built))
+                failed += buildcache.record_failures(outcome.scratch, root, {key} - set(built))
         finally:
-            shutil.rmtree(outcome.scratch, ignore_errors=True)
+            confine.remove_tree(outcome.scratch)
+        if timed_out:
+            break
     usable = [k for k, b in keyed.items() if buildcache.lookup(root, buildcache.SHARED, k, b.name)[0] is not None]
     return SharedBuilds(keys=list(keyed), built=built, present=present, failed=failed,
                         covers_all=specs.complete and len(usable) == len(keyed),
@@ -497,7 +522,18 @@ def _warn_unconfined() -> None:
                     "results say confinement.trusted=false")
 
 
-def _assemble(task: Task, code_hash: str, cfg: EvalConfig, out: sandbox.SandboxOutcome) -> EvalResult:
+# Verdicts a full disk can cause (a build, an import or a call that could not write): withheld when
+# the evaluator itself finds the disk full (diskroom.py).
+_DISK_CAN_CAUSE = (Verdict.COMPILE_ERROR, Verdict.HALLUCINATED_API, Verdict.RUNTIME_ERROR, Verdict.CRASH)
+
+
+class ReferenceOutOfMemory(EvaluatorError):
+    """The reference's own run was out of memory: the judge's own run of it, or its trusted runner's
+    (the judge's structured verdict `reference_out_of_memory`, never a candidate's message)."""
+
+
+def _assemble(task: Task, code_hash: str, cfg: EvalConfig, out: sandbox.SandboxOutcome,
+              alone: bool = False) -> EvalResult:
     stages = [Stage(name=m["name"], seconds=m["seconds"], ok=m["ok"], detail=m.get("detail"))
               for m in out.messages if m.get("type") == "stage"]
     final = out.final
@@ -525,12 +561,22 @@ def _assemble(task: Task, code_hash: str, cfg: EvalConfig, out: sandbox.SandboxO
     verdict_name = final.verdict
     if verdict_name == "reference_error":
         raise EvaluatorError(f"task {task.id}: the reference itself fails: {final.error}")
+    if verdict_name == "reference_out_of_memory":
+        raise ReferenceOutOfMemory(
+            f"task {task.id}: the reference itself fails: out of device memory even alone: {final.error}" if alone
+            else f"the reference ran out of device memory beside other work: {final.error}")
     if verdict_name == "infrastructure_error":
         raise InfrastructureError(f"evaluation of a candidate for {task.id} could not run here: {final.error}")
     fields = dict(final.fields)
     result = EvalResult(verdict=Verdict(verdict_name), error=strip_paths(final.error), **base, **{
         k: v for k, v in fields.items() if k in EvalResult.model_fields and k not in base})
     result.correct = result.verdict.outputs_match
+    isolated = fields.get("runner_isolated")
+    if result.confinement is not None and isinstance(isolated, bool):
+        result.confinement.runner_isolated = isolated
+        if not isolated:  # the candidate could reach the judge's side: not a result to trust
+            result.confinement.missing.append("runner_isolated")
+            result.confinement.trusted = False
     if not result.verdict.compiles:
         result.compiled = False
     if out.forged_lines:
@@ -541,12 +587,30 @@ def _assemble(task: Task, code_hash: str, cfg: EvalConfig, out: sandbox.SandboxO
 
 
 # Absolute paths in compiler and Python messages name temporary and cache folders that differ
-# between runs and machines; the file name is what a reader (or a model) needs.
-_ABS_PATH = re.compile(r"(?<![\w.])/(?:[^\s:'\"()]+/)+(?=[^\s/:'\"()]+)")
+# between runs and machines; the file name is what a reader (or a model) needs. The text is the
+# candidate's, so no backtracking regular expression reads it: the text is split at the characters
+# a path cannot hold (one character class, linear), and each piece is read once.
+_PATH_STOPS = re.compile(r"""([\s:'"()]+)""")
+_BEFORE_PATH = re.compile(r"[\w.]")  # a "/" after one of these is inside a word, not a path's start
 
 
 def strip_paths(text: Optional[str]) -> Optional[str]:
-    return _ABS_PATH.sub("", text) if text else text
+    """`text` with every absolute path's folders removed (`/tmp/kw-x/main.cpp` -> `main.cpp`)."""
+    if not text:
+        return text
+    return "".join(piece if i % 2 else _file_name_only(piece) for i, piece in enumerate(_PATH_STOPS.split(text)))
+
+
+def _file_name_only(piece: str) -> str:
+    """A piece without stops: from its first "/" that starts a path to its last "/" before a name."""
+    start = next((i for i, ch in enumerate(piece) if ch == "/" and (i == 0 or not _BEFORE_PATH.match(piece[i - 1]))),
+                 None)
+    if start is None:
+        return piece
+    end = next((i for i in range(len(piece) - 2, start, -1) if piece[i] == "/" and piece[i + 1] != "/"), None)
+    if end is None or end < start + 2:  # a folder needs a name between the slashes
+        return piece
+    return piece[:start] + piece[end + 1:]
 
 
 def _compiled_by(stages: list[Stage]) -> bool:

@@ -68,10 +68,12 @@ class Judge:
 
     def _ask(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """A runner's reply; its death or a broken protocol ends the evaluation as a crash."""
-        from kernelwright.evaluate.remote import RunnerGone
+        from kernelwright.evaluate.remote import LeftoverWork, RunnerGone
 
         try:
             return fn(*args, **kwargs)
+        except LeftoverWork as e:
+            raise Finish("cheat", e.message, cheat_reasons=e.reasons) from None
         except RunnerGone as e:
             if e.runner is self.cand:
                 raise Finish("crash", f"the candidate's process {e.how} during stage '{self.current}'") from None
@@ -80,7 +82,7 @@ class Judge:
 
     def _claim(self, reply: Any, importing: bool = False) -> Finish:
         """The verdict a runner's error reply earns: its own claim if that is one it may make (all
-        lose), else a runtime error. Build verdicts and a full disk are only claims about an import."""
+        lose), else a runtime error. Build verdicts are only claims about an import."""
         from kernelwright.evaluate.link import CLAIMABLE
 
         if reply.kind == "exit":
@@ -88,28 +90,26 @@ class Judge:
         verdict = reply.verdict if reply.verdict in CLAIMABLE else "runtime_error"
         if verdict == "cheat":
             return Finish("cheat", reply.error, cheat_reasons=[reply.error or "cheat"])
-        if not importing and verdict in ("compiled", "infrastructure_error", "compile_error", "syntax_error"):
+        if not importing and verdict in ("compiled", "compile_error", "syntax_error"):
             verdict = "runtime_error"
         if verdict == "compiled" and not self.job.compile_only:
             verdict = "runtime_error"
         return Finish(verdict, reply.error)
 
     def _call(self, inputs: list[Any], like: list[Any], probe: str = "none",
-              perturb: Optional[list[str]] = None, join_check: bool = False) -> tuple[list[Any], Any]:
+              perturb: Optional[list[str]] = None) -> tuple[list[Any], Any]:
         from kernelwright.evaluate.remote import Refused
 
         try:
             staged = self._ask(self.cand.stage, inputs, like)
-            return self._ask(self.cand.run, staged, "main", probe, perturb, join_check)
+            return self._ask(self.cand.run, staged, "main", probe, perturb)
         except Refused as e:
             raise self._claim(e.reply) from None
 
     def _checks(self) -> None:
-        from kernelwright.evaluate.link import Checks
-
-        reasons = self._ask(self.cand.request, Checks()).reasons
-        if reasons:
-            raise Finish("cheat", "; ".join(reasons), cheat_reasons=reasons)
+        """After a stage: nothing of the candidate's tree at work since its last reply (the kernel's
+        count, leftovers.py; every call's reply carried the runner's own tamper check)."""
+        self._ask(self.cand.idle)
 
     # -- stages -------------------------------------------------------------------------------
 
@@ -129,9 +129,10 @@ class Judge:
 
             from kernelwright import device as device_lock
             from kernelwright.evaluate import work
-            from kernelwright.measure import compare, draw, timing
+            from kernelwright.measure import compare, draw, footprint, timing
 
             self.torch, self.compare, self.timing, self.work, self.draw = torch, compare, timing, work, draw
+            self.footprint = footprint
             self.device_lock = device_lock
             if timed:
                 from kernelwright.analysis.roofline import floor_bandwidth
@@ -176,7 +177,7 @@ class Judge:
             reply = self._ask(self.cand.load, Import(
                 source=job.candidate_source, workdir=job.workdir, device=job.device,
                 compile_only=bool(job.compile_only), prebuild=bool(job.prebuild),
-                builds_root=job.builds_root, build_scope=job.build_scope,
+                builds_root=job.builds_root,
                 preamble=job.task_source if kernelbench else None))
             self.fields["builds"] = reply.builds
             claim = None if reply.ok else self._claim(reply, importing=True)
@@ -198,6 +199,7 @@ class Judge:
 
         # work on the device without a clock holds it shared: never during another process's timing
         device = job.device
+        self._pin_threads()
         with self.stage("correctness"), self.device_lock.DeviceLock(device, shared=True):
             self._correctness()
         self._checks()
@@ -226,8 +228,39 @@ class Judge:
             self._checks()
         raise Finish("correct" if self.fields["custom_kernel"] else "no_custom_kernel")
 
+    def _pin_threads(self) -> None:
+        """On the CPU, every call of the candidate (checked or timed) runs with the thread count
+        timing uses, set once: a change at the start of timing would announce it to the runner."""
+        leftovers = self.cand.leftovers
+        if leftovers is not None:
+            leftovers.others()  # finds the runner in the box's /proc: in a PID namespace of its own or not
+            self.fields["runner_isolated"] = bool(leftovers.isolated)
+        if self.device.type == "cuda" or not self.job.time:
+            return
+        from kernelwright.evaluate.remote import Refused
+
+        threads = self.timing.free_cpu_threads(self.timing.machine_load())
+        try:
+            self._ask(self.cand.pin_threads, threads)
+        except Refused as e:
+            raise self._claim(e.reply) from None
+        self.pinned = threads
+
     def _inputs(self, seed: int) -> list[Any]:
         return self.draw.draw_inputs(self.ref_mod.get_inputs, seed, self.device)
+
+    def _fresh(self, stage: str) -> list[Any]:
+        """Inputs for one check of `stage`, under a seed drawn here from `secrets` when it is needed:
+        no candidate can know it or have memorised an answer for it, with or without timing. The
+        seed goes into the record (`input_seeds`), which the candidate never sees, so any check's
+        inputs can be drawn again."""
+        seeds = self.fields.setdefault("input_seeds", {})
+        used = {s for drawn in seeds.values() for s in drawn}
+        seed = secrets.randbits(31)
+        while seed in used:  # distinct inputs per check: the cached-result test compares trials
+            seed = secrets.randbits(31)
+        seeds.setdefault(stage, []).append(seed)
+        return self._inputs(seed)
 
     def _reference(self, inputs: list[Any]) -> list[Any]:
         """The reference's outputs on the judge's own copy of `inputs`, flattened."""
@@ -286,17 +319,17 @@ class Judge:
         calls_per_trial = []
         custom: dict[str, int] = {}
         for k in range(job.trials):
-            inputs = self._inputs(job.seed + 1 + k)
+            inputs = self._fresh("correctness")
             # The reference runs here, in another process: memory the candidate did not write
             # cannot hold its answer, whichever runs first, so its outputs shape the buffers.
             out_r = self._reference(inputs)
-            out_c, reply = self._call(inputs, out_r, join_check=True)
+            out_c, reply = self._call(inputs, out_r)
             calls_per_trial.append(sum(reply.calls.values()))
             for key, n in reply.calls.items():
                 custom[key] = custom.get(key, 0) + n
             if k == 0:
                 self.tol = self._tol(out_r)
-                self.like = out_r
+                self.like = self.footprint.shapes_of(out_r)  # shapes and dtypes only: no device memory
                 self.fields["tolerance"] = self.tol.model_dump()
             result = self._compared(out_r, out_c, inputs, k)
             self.fields["trials"] = k + 1
@@ -306,9 +339,10 @@ class Judge:
             if bad is not None:
                 raise Finish(bad[0], bad[1], **bad[2])
             previous.append((out_r, out_c))
+            del previous[:-self.footprint.trials_kept(self.footprint.tensor_bytes(out_r), job.trials)]
         if not all(calls_per_trial):
             # operators the candidate registered with the dispatcher are counted from a profile
-            inputs = self._inputs(job.seed)
+            inputs = self._fresh("count_ops")
             _, reply = self._call(inputs, self._reference(inputs), probe="count_ops")
             custom.update(reply.calls)
             if any(key.startswith("op.") for key in reply.calls):
@@ -333,7 +367,8 @@ class Judge:
         cand_served, ref_served = Served(self.cand, self.like), Served(ref, self.like)
         try:
             pair = self._ask(timing.time_served_pair, cand_served, ref_served, self._draw,
-                             self._output_check(), self.device, cfg, self._bandwidth(), null=ref_served)
+                             self._output_check(), self.device, cfg, self._bandwidth(),
+                             threads=getattr(self, "pinned", None), null=ref_served)
             fields = timing.pair_fields(pair, self.device.type == "cuda")
         except timing.TimedCallRejected as e:
             raise Finish("cheat", e.message, cheat_reasons=[e.reason]) from e
@@ -403,7 +438,7 @@ class Judge:
         self.fields.update(self.timing.against_compile(cand, comp))
 
     def _recheck(self) -> None:
-        inputs = self._inputs(self.job.seed + 999_983)
+        inputs = self._fresh("recheck")
         out_r = self._reference(inputs)
         out_c, _ = self._call(inputs, out_r)
         result = self._compared(out_r, out_c, inputs, -1, self._tol(out_r))
@@ -418,7 +453,7 @@ class Judge:
         drawn: dict[int, list[Any]] = {}
 
         def forward(probe: str, offset: int, perturb: Optional[list[str]] = None) -> tuple[Any, Any, Any]:
-            inputs = drawn[offset] = self._inputs(self.job.seed + 555_557 + offset)
+            inputs = drawn[offset] = self._fresh("work")
             out_r = self._reference(inputs)
             out_c, reply = self._call(inputs, out_r, probe, perturb)
             return out_r, out_c, reply
@@ -467,12 +502,38 @@ def dumpable() -> bool:
         return True
 
 
+def _deaf() -> None:
+    """Interrupts end nothing here: the judge always writes its verdict (the sandbox ends it with
+    SIGKILL at its time limit). Nothing of the candidate's can reach it (isolation.py); this holds
+    should anything else try."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _options(argv: list[str]) -> tuple[int, dict[str, int]]:
+    """The trusted builder's outbox descriptor and the device locks' (sandbox.spawn passes them)."""
+    outbox, locks = -1, {}
+    for flag, value in zip(argv, argv[1:]):
+        if flag == "--outbox":
+            outbox = int(value)
+        elif flag == "--lock":
+            fd, _, path = value.partition("=")
+            locks[path] = int(fd)
+    return outbox, locks
+
+
 def main() -> None:
     fd = int(sys.argv[1])
     _not_dumpable()
+    _deaf()
+    outbox, locks = _options(sys.argv[2:])
+    if outbox >= 0:
+        os.set_inheritable(outbox, False)  # a started runner gets none; a forked one closes all
     import torch  # noqa: F401 -- before the job: a pool starts judges ahead
 
-    from kernelwright.evaluate import runner
+    from kernelwright.evaluate import isolation, runner
 
     # Forked now, before this process ran any tensor operation (an OpenMP pool does not survive a
     # fork) and before it read its job: they share nothing of it, and start with torch imported.
@@ -480,14 +541,17 @@ def main() -> None:
     # from a process in which torch touched CUDA (measured on the H200: "Cannot re-initialize CUDA
     # in forked subprocess" in every forked runner).
     start = runner.start if "--spawn-runners" in sys.argv[2:] else runner.fork
-    cand = RemoteRunner(*start(), "the candidate's process")
     # a sandbox started for timed jobs (sandbox.Confine.timed): the reference's runner too
     ref = RemoteRunner(*start(), "the reference's runner") if "--timed" in sys.argv[2:] else None
+    cand = RemoteRunner(*start(isolate=True), "the candidate's process", watched=True)
+    # what the box let the judge keep to start the candidate's runner apart (confine.JUDGE_CAPS)
+    isolation.drop_capabilities()
     from kernelwright import device  # noqa: F401
     from kernelwright.analysis import roofline  # noqa: F401
     from kernelwright.evaluate import work  # noqa: F401
     from kernelwright.measure import compare, draw, timing  # noqa: F401
 
+    device.adopt(locks)
     job = parse_job(sys.stdin.read())
     sys.stdin.close()
     if isinstance(job, BuildJob):  # the trusted builder's job (builder.py): no candidate code runs
@@ -498,9 +562,11 @@ def main() -> None:
                 held.kill()
         try:
             os.chdir(job.workdir)
-            builder.run(job)
+            builder.run(job, outbox)
         finally:
             end_process()
+    if outbox >= 0:
+        os.close(outbox)  # only the builder writes outside the box
     ch = Channel(fd, job.nonce)
     job = job.model_copy(update={"nonce": ""})  # nothing after this needs it
     become_subreaper()

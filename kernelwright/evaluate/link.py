@@ -22,10 +22,12 @@ from kernelwright.evaluate.arena import TensorRef
 MAX_REPLY_BYTES = 1 << 20  # a reply is a few fields and some error text; more is an attack
 _HEADER = struct.Struct("!I")
 
-# Verdicts a runner may report about its own candidate: all of them lose. `compiled` ends a
-# compile-only job, whose verdict was only ever the build's own word.
-CLAIMABLE = {"syntax_error", "compile_error", "hallucinated_api", "runtime_error", "infrastructure_error",
-             "no_custom_kernel", "compiled", "cheat", "out_of_memory"}
+# Verdicts a runner may report about its own candidate: all of them lose, and all are the candidate's.
+# `compiled` ends a compile-only job, whose verdict was only ever the build's own word. Nothing that
+# withholds the verdict or blames the task or the machine (a full disk, the reference failing) can
+# be claimed: the judge and the evaluator observe those themselves.
+CLAIMABLE = {"syntax_error", "compile_error", "hallucinated_api", "runtime_error", "no_custom_kernel", "compiled",
+             "cheat", "out_of_memory"}
 
 
 class LinkClosed(Exception):
@@ -54,7 +56,6 @@ class Import(BaseModel):
     compile_only: bool = False
     prebuild: bool = False
     builds_root: Optional[str] = None
-    build_scope: Optional[str] = None
     compile_baseline: bool = False
     # executed in the candidate's module namespace before the candidate (--compat kernelbench: the
     # task module's names, as KernelBench's loader leaves them visible)
@@ -80,7 +81,6 @@ class Call(BaseModel):
     outputs: list[Optional[TensorRef]]  # the reference's output structure: a buffer per tensor, None per value
     probe: Literal["none", "time", "inspect", "perturb", "count_ops"] = "none"
     perturb: list[str] = Field(default_factory=list)
-    join_check: bool = False  # GPU: is an output still being written once forward returned?
 
 
 class Threads(BaseModel):
@@ -104,6 +104,8 @@ class Echo(BaseModel):
 
 
 Request = Union[Import, Init, SetArena, Call, Threads, Checks, Compile, Echo]
+# every request's `op`: the runner binds one handler per op before it imports anything
+OPS = ("import", "init", "arena", "call", "threads", "checks", "compile", "echo")
 
 
 class RequestFrame(BaseModel):

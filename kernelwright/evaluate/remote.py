@@ -28,7 +28,10 @@ import torch
 
 from kernelwright.evaluate import link
 from kernelwright.evaluate.arena import Arena, TensorRef, any_dtype, call_bytes
+from kernelwright.evaluate.leftovers import Leftovers
 from kernelwright.evaluate.link import Arg, Call, Reply
+from kernelwright.measure import footprint
+from kernelwright.measure.timing import TimedCallRejected
 
 MIN_ARENA_BYTES = 1 << 20
 
@@ -39,6 +42,15 @@ class RunnerGone(Exception):
     def __init__(self, runner: "RemoteRunner", how: str):
         super().__init__(f"{runner.name} {how}")
         self.runner, self.how = runner, how
+
+
+class LeftoverWork(TimedCallRejected):
+    """The kernel saw the candidate's process tree at work between two requests (leftovers.py), or
+    its runner reported tampering with its own process: a cheat, whatever stage it came in."""
+
+    def __init__(self, reasons: list[str]):
+        super().__init__(reasons[0], "; ".join(reasons))
+        self.reasons = reasons
 
 
 class Refused(Exception):
@@ -58,13 +70,19 @@ class Staged:
     in_views: list[Optional[torch.Tensor]]
     outputs: list[Optional[TensorRef]]
     out_views: list[Optional[torch.Tensor]]
+    fresh_place: bool = True  # False: a call over footprint.ONE_PLACE_ABOVE_BYTES, at its arena's start
 
 
 class RemoteRunner:
-    def __init__(self, proc: Any, sock: socket.socket, name: str):  # a Popen or a runner.Forked
+    def __init__(self, proc: Any, sock: socket.socket, name: str, watched: bool = False):  # a Popen or a runner.Forked
         self.proc, self.sock, self.name = proc, sock, name
         self.arena: Optional[Any] = None  # an Arena (memfd) on the CPU, a CudaArena on a GPU
         self.device = torch.device("cpu")  # where the arena lives: the judge sets it from the job
+        # the candidate's: its process tree is read from /proc between requests (leftovers.py)
+        self.leftovers = Leftovers(proc.pid) if watched else None
+        # the thread count it keeps for every call, set before its first: a change of it would
+        # tell the runner that timing begins or ends
+        self.pinned_threads: Optional[int] = None
 
     @classmethod
     def spawn(cls, name: str) -> "RemoteRunner":
@@ -74,9 +92,28 @@ class RemoteRunner:
 
     # -- requests -----------------------------------------------------------------------------
 
-    def request(self, req: link.Request, fds: tuple[int, ...] = ()) -> Reply:
+    def request(self, req: link.Request, fds: tuple[int, ...] = (), clocked: bool = False) -> Reply:
+        """Send and wait. Unless `clocked` (the clock's owner checks outside it), the runner's tree
+        must have been idle since the previous reply (LeftoverWork otherwise)."""
+        if not clocked:
+            self.idle()
         self.post(req, fds)
-        return self.collect()
+        reply = self.collect()
+        if not clocked:
+            self.settled()
+        return reply
+
+    def idle(self) -> None:
+        """Raise LeftoverWork if anything of the runner's tree worked since its last reply."""
+        if self.leftovers is not None:
+            reasons = self.leftovers.check()
+            if reasons:
+                raise LeftoverWork(reasons)
+
+    def settled(self) -> None:
+        """Right after a reply: where the next `idle` counts from."""
+        if self.leftovers is not None:
+            self.leftovers.mark()
 
     def post(self, req: link.Request, fds: tuple[int, ...] = ()) -> None:
         """Send a request without waiting: its reply is `collect`ed later, in order."""
@@ -127,15 +164,24 @@ class RemoteRunner:
         if self.arena is not None:
             self.arena.close()
 
+    def pin_threads(self, n: int) -> None:
+        """Run every later call with `n` intra-op threads (timed or not: the same for all)."""
+        reply = self.request(link.Threads(n=n))
+        if not reply.ok:
+            raise Refused(reply, self)
+        self.pinned_threads = n
+
     # -- calls --------------------------------------------------------------------------------
 
     def stage(self, inputs: list[Any], like: list[Any]) -> Staged:
         """Room for `inputs` and for outputs shaped like `like` (the reference's flattened outputs),
         the output buffers pre-filled so that nothing the runner did not write can pass."""
         tensors = [x for x in inputs if isinstance(x, torch.Tensor)] + [x for x in like if isinstance(x, torch.Tensor)]
-        self._room(call_bytes(tensors))
+        nbytes = call_bytes(tensors)
+        self._room(nbytes)
         arena = self.arena
         assert arena is not None
+        arena.start(nbytes)
         outputs, out_views = [], []
         for r in like:
             if isinstance(r, torch.Tensor):
@@ -156,16 +202,18 @@ class RemoteRunner:
             else:
                 args.append(Arg(value=x))
                 in_views.append(None)
-        return Staged(inputs=inputs, args=args, in_views=in_views, outputs=outputs, out_views=out_views)
+        return Staged(inputs=inputs, args=args, in_views=in_views, outputs=outputs, out_views=out_views,
+                      fresh_place=not footprint.one_place(nbytes))
 
     def run(self, staged: Staged, model: str = "main", probe: str = "none",
-            perturb: Optional[list[str]] = None, join_check: bool = False,
-            null: bool = False) -> tuple[list[Any], Reply]:
+            perturb: Optional[list[str]] = None, null: bool = False,
+            clocked: bool = False) -> tuple[list[Any], Reply]:
         """Write the inputs, call, and copy the outputs out: (outputs, reply). What the candidate
         returned when it did not fit the buffers comes back as placeholders that compare.py judges
         like the real thing (count, shape, dtype, subclass). Raises Refused for an error reply.
         `null`: the same copies and round trip with no forward (link.Echo): what the protocol
-        itself costs a call of these bytes."""
+        itself costs a call of these bytes. `clocked`: inside the judge's clock, which checks the
+        runner's tree outside it (Served)."""
         for view, x in zip(staged.in_views, staged.inputs):
             if view is not None:
                 view.copy_(x)
@@ -175,7 +223,9 @@ class RemoteRunner:
             torch.cuda.current_stream(self.device).synchronize()
         reply = self.request(link.Echo() if null else
                              Call(model=model, args=staged.args, outputs=staged.outputs, probe=probe,
-                                  perturb=perturb or [], join_check=join_check))
+                                  perturb=perturb or []), clocked=clocked)
+        if reply.reasons and self.leftovers is not None:  # the candidate's report of tampering with its process
+            raise LeftoverWork(reply.reasons)
         if reply.ok:
             values = iter(reply.values)
             snap = _snapshot if self.device.type == "cpu" else _device_copy
@@ -186,13 +236,17 @@ class RemoteRunner:
         raise Refused(reply, self)
 
     def inputs_after(self, staged: Staged) -> list[Any]:
-        """The inputs as the runner left them (a call that wrote into them shows here)."""
+        """The inputs as the runner left them (a call that wrote into them shows here). On a GPU the
+        arena's own views: the runner synchronized its device before replying, and a copy of inputs
+        of gigabytes would be two more sets on the device; on the CPU a private snapshot."""
+        if self.device.type == "cuda":
+            return [v if v is not None else x for v, x in zip(staged.in_views, staged.inputs)]
         return [v.clone() if v is not None else x for v, x in zip(staged.in_views, staged.inputs)]
 
     def _room(self, nbytes: int) -> None:
         if self.arena is not None and self.arena.fits(nbytes):
             return
-        size = max(MIN_ARENA_BYTES, 2 * nbytes)
+        size = max(MIN_ARENA_BYTES, footprint.arena_bytes(nbytes))
         if self.device.type == "cuda":
             from kernelwright.evaluate.cuda_arena import CudaArena
 
@@ -291,16 +345,26 @@ class Served:
         return self.runner.stage(inputs, self.like)
 
     def run(self, staged: Staged) -> list[Any]:
-        return self.runner.run(staged, self.model)[0]
+        return self.runner.run(staged, self.model, clocked=True)[0]
 
     def run_null(self, staged: Staged) -> list[Any]:
         """The call's copies and round trip, no forward (RemoteRunner.run's `null`)."""
-        return self.runner.run(staged, null=True)[0]
+        return self.runner.run(staged, null=True, clocked=True)[0]
+
+    def before_call(self) -> None:
+        """Outside the clock, before a timed call: the runner's tree was idle since its last reply."""
+        self.runner.idle()
+
+    def after_call(self) -> None:
+        """Outside the clock, after a timed call."""
+        self.runner.settled()
 
     def inputs_after(self, staged: Staged) -> list[Any]:
         return self.runner.inputs_after(staged)
 
     def threads(self, n: Optional[int]) -> None:
+        if self.runner.pinned_threads is not None:
+            return  # set once for every call (RemoteRunner.pin_threads)
         reply = self.runner.request(link.Threads(n=n))
         if not reply.ok:
             raise Refused(reply, self.runner)

@@ -56,26 +56,33 @@ class Runner:
         self.role = "candidate"
         self.device = torch.device("cpu")
         self.threads0 = torch.get_num_threads()
-        self.threads_before: set[int] = set()
-        self.children_before: set[int] = set()
 
     def serve(self) -> None:
+        """The request loop. What it needs (receiving, decoding, the handler of each request, encoding,
+        sending) is bound to local names here, before the first request, so before the candidate is
+        imported: rebinding link.decode_request, Runner.do_call or Reply.model_dump_json later changes
+        nothing this loop calls. (Native code can still patch its own process: what it gains is at most
+        the protocol's own cost on its side, which both sides pay; docs/evaluator.md.)"""
         from kernelwright.evaluate import link
 
+        recv, decode, send, dump = link.recv_with_fds, link.decode_request, link.send, link.Reply.model_dump_json
+        Reply, closed, sock = link.Reply, (link.LinkClosed, OSError), self.sock
+        # a tuple: nothing the candidate can find through gc and refill (a dict of them would be)
+        handlers, index = tuple(getattr(self, f"do_{op}") for op in link.OPS), link.OPS.index
         while True:
             try:
-                data, fds = link.recv_with_fds(self.sock)
-            except (link.LinkClosed, OSError):
+                data, fds = recv(sock)
+            except closed:
                 return
-            req = link.decode_request(data)
+            req = decode(data)
             try:
-                reply = getattr(self, f"do_{req.op}")(req, fds)
+                reply = handlers[index(req.op)](req, fds)
             except SystemExit as e:
-                reply = link.Reply(ok=False, kind="exit", error=f"the candidate called sys.exit({e.code!r})")
+                reply = Reply(ok=False, kind="exit", error=f"the candidate called sys.exit({e.code!r})")
             except BaseException as e:  # noqa: BLE001 - candidate code raised where no handler expected it
-                reply = link.Reply(ok=False, kind="error", verdict="runtime_error",
-                                   error=f"{type(e).__name__}: {str(e)[:2000]}")
-            link.send(self.sock, reply.model_dump_json().encode())
+                reply = Reply(ok=False, kind="error", verdict="runtime_error",
+                              error=f"{type(e).__name__}: {str(e)[:2000]}")
+            send(sock, dump(reply).encode())
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -103,13 +110,13 @@ class Runner:
                 import torch._inductor.compile_fx  # noqa: F401
             self.role = "reference"
             self.module, _ = work.load_reference(req.source)
+            self.guard = instrument.TamperGuard()  # checked in every call, as the candidate's: the same cost
             return Reply(ok=True, versions=versions)
         counter = self.counter = instrument.CallCounter()
-        place = instrument.BuildPlace(scratch=req.workdir, cache_root=req.builds_root, scope=req.build_scope)
+        place = instrument.BuildPlace(scratch=req.workdir, cache_root=req.builds_root)
         instrument.install(counter, place, candidate_load.build_fn(req.compile_only, req.prebuild))
         self.guard = instrument.TamperGuard()
         ops_before = instrument.dispatcher_ops()
-        self.threads_before, self.children_before = instrument.python_threads(), instrument.child_pids()
         fields: dict[str, Any] = {}
         try:
             self.module = candidate_load.import_candidate(req.source, req.workdir, counter, req.compile_only, fields,
@@ -191,18 +198,11 @@ class Runner:
         return Reply(ok=True)
 
     def do_checks(self, req: Any, fds: list[int]) -> Any:
-        """Tampering and leftovers the candidate's process can see in itself."""
-        from kernelwright.evaluate import instrument
+        """Tampering the candidate's process can see in itself (every call's reply carries the same).
+        Leftover threads and processes are the judge's to find, from /proc (leftovers.py)."""
         from kernelwright.evaluate.link import Reply
 
-        reasons = list(self.guard.changed()) if self.guard is not None else []
-        threads = instrument.python_threads() - self.threads_before
-        children = instrument.child_pids() - self.children_before
-        if threads:
-            reasons.append(f"{len(threads)} Python thread(s) started by the candidate are still running")
-        if children:
-            reasons.append(f"{len(children)} child process(es) started by the candidate are still running")
-        return Reply(ok=True, reasons=reasons)
+        return Reply(ok=True, reasons=list(self.guard.changed()) if self.guard is not None else [])
 
     # -- calls --------------------------------------------------------------------------------
 
@@ -238,8 +238,9 @@ class Runner:
                     return Reply(ok=True, calls=instrument.count_new_op_calls(self.new_ops, lambda: model(*args)))
                 out = model(*args)
             # a claim against the candidate (outputs written after forward returned), so its own
-            # process may check it
-            if req.join_check and self.device.type == "cuda" and compare.unjoined(out, self.device, self._sync):
+            # process may check it; in every call, the reference's runner's too, so that no call
+            # differs from another by it (a timed one from a checked one) and both sides pay it
+            if self.device.type == "cuda" and compare.unjoined(out, self.device, self._sync):
                 return Reply(ok=False, kind="error", verdict="cheat", error=compare.UNJOINED)
             self._sync()
         except SystemExit as e:
@@ -250,7 +251,8 @@ class Runner:
         seconds = time.perf_counter() - start
         calls = {k: v - before.get(k, 0) for k, v in (counter.snapshot() if counter else {}).items()
                  if v - before.get(k, 0)}
-        extra: dict[str, Any] = {"calls": calls, "seconds": seconds}
+        extra: dict[str, Any] = {"calls": calls, "seconds": seconds,
+                                 "reasons": list(self.guard.changed()) if self.guard is not None else []}
         if isinstance(probe, work.TimeProbe):
             extra["custom_seconds"] = probe.seconds
         if isinstance(probe, work.InspectProbe):
@@ -308,23 +310,25 @@ def _jsonable(x: Any) -> Any:
         return repr(x)[:200]
 
 
-def start() -> tuple[subprocess.Popen, socket.socket]:
+def start(isolate: bool = False) -> tuple[subprocess.Popen, socket.socket]:
     """Start a runner afresh (an interpreter of its own) holding one end of a fresh socket pair and no
     other descriptor of the caller's; returns the process and the caller's end. For a judge that
-    already ran tensor operations, where `fork` is unsafe."""
+    already ran tensor operations, where `fork` is unsafe. `isolate`: the candidate's, in namespaces
+    of its own (isolation.py) before it imports anything else."""
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    proc = subprocess.Popen([sys.executable, "-s", "-m", "kernelwright.evaluate.runner", str(theirs.fileno())],
+    argv = [sys.executable, "-s", "-m", "kernelwright.evaluate.runner", str(theirs.fileno())]
+    proc = subprocess.Popen(argv + (["--isolate"] if isolate else []),
                             stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), close_fds=True)
     theirs.close()
     return proc, mine
 
 
-def fork() -> tuple["Forked", socket.socket]:
+def fork(isolate: bool = False) -> tuple["Forked", socket.socket]:
     """A runner forked from the calling process (the judge, right after it imported torch and
     before it ran any tensor operation or read its job): no second interpreter start and torch
     import. The child keeps stdout, stderr and its end of a fresh socket pair; every other
     descriptor, the result pipe first, is closed, and stdin is /dev/null. Returns the child and the
-    caller's end."""
+    caller's end. `isolate`: as `start`'s."""
     from kernelwright.evaluate import arena, candidate_load, instrument, link, work  # noqa: F401
     from kernelwright.measure import compare, draw  # noqa: F401
 
@@ -345,6 +349,13 @@ def fork() -> tuple["Forked", socket.socket]:
                         os.close(int(entry))
                     except OSError:
                         pass  # the listing's own descriptor
+            try:
+                _apart(isolate)
+            except BaseException:  # noqa: BLE001 - before any request (the namespaces, say): said, not swallowed
+                import traceback
+
+                traceback.print_exc()
+                os._exit(70)  # EX_SOFTWARE: a failure of ours, never the candidate's os._exit(0)
             _serve(theirs)
         finally:
             os._exit(0)
@@ -378,6 +389,24 @@ class Forked:
         return self.returncode
 
 
+def _apart(isolate: bool) -> None:
+    """Before any request: the candidate's runner into namespaces of its own; the reference's
+    without capabilities and not dumpable. Either answers interrupts again (the judge ignores them)."""
+    import ctypes
+    import signal
+
+    from kernelwright.evaluate import isolation
+
+    if isolate:
+        isolation.enter_own_namespaces()
+    else:
+        isolation.drop_capabilities()
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _serve(sock: socket.socket) -> None:
     from kernelwright.evaluate import candidate_load
 
@@ -390,6 +419,7 @@ def _serve(sock: socket.socket) -> None:
 
 def main() -> None:
     fd = int(sys.argv[1])
+    _apart("--isolate" in sys.argv[2:])
     # before the first request: a runner started ahead of its job imports all this meanwhile
     import torch  # noqa: F401
 

@@ -2,9 +2,12 @@
 
 Isolation contract (what the evaluator relies on):
 - the child is a fresh interpreter (`python -m kernelwright.evaluate.judge`, which starts the
-  candidate's process itself and never imports the candidate) held by the operating system (confine.py): no network, a read-only filesystem except its private scratch
-  folder (made here, one per process), its own PID namespace, cgroup and limits, death with its
-  parent; each SandboxOutcome carries the record of what held it;
+  candidate's process itself and never imports the candidate) held by the operating system
+  (confine.py): no network, only what it needs of the filesystem, read-only, writable only in a
+  private tmpfs over its scratch folder (made here, one per process, whose host folder holds the
+  copy of the cache entries its job may load, and receives the trusted builder's product through
+  a descriptor), its own PID namespace, cgroup and limits, death with its parent; each
+  SandboxOutcome carries the record of what held it;
 - a hard wall-clock limit: on expiry the whole tree gets SIGKILL (an infinite loop in Python,
   in C++ or in a GPU kernel all end the same way); after a normal finish it is killed too, so
   nothing the candidate started (compilers in their own process groups, `setsid` daemons)
@@ -27,7 +30,6 @@ import json
 import logging
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from kernelwright import confine, devmem
+from kernelwright.evaluate import buildcache
 from kernelwright.records import Confinement, EvalJob, JudgeResult, SandboxJob
 
 log = logging.getLogger(__name__)
@@ -171,7 +174,7 @@ class Confine:
     """How to hold a worker (the part of its start that depends on the evaluation's settings)."""
 
     limits: confine.Limits
-    visible: tuple[str, ...]  # read-only paths the worker needs (package, build cache, Python)
+    visible: tuple[str, ...]  # read-only paths the worker needs (Python, the package)
     env_scrubbed: bool
     required: bool  # refuse to start when a required protection is missing
     # the jobs it will get are timed: the judge starts the reference's runner ahead too
@@ -179,6 +182,16 @@ class Confine:
     # the judge starts its runners as fresh interpreters instead of forking them (GPU jobs: a child
     # forked from a process torch has touched CUDA in cannot use CUDA)
     spawn_runners: bool = False
+    # the device's lock files (device.py): the judge inherits a descriptor of each, since the
+    # machine-wide lock folder is not in the box (no candidate can take or hold a device's lock)
+    locks: tuple[str, ...] = ()
+
+
+# Under the worker's scratch on the host: the build-cache entries its job may load, copied in
+# before the job is handed over and seen read-only in the box (the box's own scratch is a private
+# tmpfs over the same path). Beside it, `builds/`: written only by the trusted builder, through a
+# descriptor of the host folder (builder.py), and promoted from there by the parent.
+INBOX = "cache"
 
 
 @dataclass
@@ -198,20 +211,30 @@ def spawn(env: dict[str, str], held: Confine) -> Spawned:
     """Start a worker that waits for its job (handed over by `run_spawned`), in a fresh scratch
     folder that is the only place it may write. Raises confine.ConfinementUnavailable."""
     scratch = tempfile.mkdtemp(prefix="kw-eval-")
+    inbox = os.path.join(scratch, INBOX)
+    os.makedirs(inbox)
     read_fd, write_fd = os.pipe()
-    cmd = [sys.executable, "-m", "kernelwright.evaluate.judge", str(write_fd)]
+    passed = [write_fd, os.open(scratch, os.O_RDONLY | os.O_DIRECTORY)]
+    cmd = [sys.executable, "-m", "kernelwright.evaluate.judge", str(write_fd), "--outbox", str(passed[1])]
     if held.timed:
         cmd.append("--timed")
     if held.spawn_runners:
         cmd.append("--spawn-runners")
     try:
-        box = confine.box(cmd, scratch, list(held.visible), held.limits, held.env_scrubbed, held.required)
+        for path in held.locks:
+            passed.append(os.open(path, os.O_RDONLY))  # flock needs no write access
+            cmd += ["--lock", f"{passed[-1]}={path}"]
+        # the judge keeps JUDGE_CAPS to start the candidate's runner in namespaces of its own, then
+        # drops them before it reads its job (evaluate/isolation.py)
+        box = confine.box(cmd, scratch, [*held.visible, inbox], held.limits, held.env_scrubbed, held.required,
+                          caps=confine.JUDGE_CAPS)
     except BaseException:
         os.close(read_fd)
-        os.close(write_fd)
-        shutil.rmtree(scratch, ignore_errors=True)
+        for fd in passed:
+            os.close(fd)
+        confine.remove_tree(scratch)
         raise
-    os.makedirs(os.path.join(scratch, "tmp"))
+    os.makedirs(os.path.join(scratch, "tmp"))  # inside a box, the tmpfs has its own
     own = {"HOME": scratch, "TMPDIR": os.path.join(scratch, "tmp"),
            # extension builds by `load` and Triton's cache: this process's own, never a shared folder
            "TORCH_EXTENSIONS_DIR": os.path.join(scratch, "torch_extensions"),
@@ -221,12 +244,13 @@ def spawn(env: dict[str, str], held: Confine) -> Spawned:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        pass_fds=(write_fd,),
+        pass_fds=tuple(passed),
         start_new_session=True,  # own session and process group, apart from the caller's
         env={**env, **own},
         cwd=scratch,
     )
-    os.close(write_fd)
+    for fd in passed:
+        os.close(fd)
     return Spawned(proc=proc, read_fd=read_fd, env=env, started=time.monotonic(), scratch=scratch, held=held,
                    box=box)
 
@@ -244,7 +268,7 @@ def _end(sp: Spawned) -> int:
 def discard(sp: Spawned) -> None:
     """End a worker that will never get a job."""
     _end(sp)
-    shutil.rmtree(sp.scratch, ignore_errors=True)
+    confine.remove_tree(sp.scratch)
     for stream in (sp.proc.stdin, sp.proc.stdout):
         try:
             if stream is not None:
@@ -267,7 +291,11 @@ def run_spawned(sp: Spawned, job: SandboxJob, *, timeout: float) -> SandboxOutco
     # The nonce is drawn now, after the worker started: no earlier process state can hold it.
     nonce = secrets.token_hex(16)
     proc, read_fd = sp.proc, sp.read_fd
-    job = job.model_copy(update={"workdir": sp.scratch})
+    update: dict[str, Any] = {"workdir": sp.scratch}
+    if isinstance(job, EvalJob):
+        # only the entries this job may load, before the worker gets the job: it never sees the cache
+        update["builds_root"] = buildcache.provide(job.builds_root, job.cache_keys, os.path.join(sp.scratch, INBOX))
+    job = job.model_copy(update=update)
     start = time.monotonic()
     messages: list[dict[str, Any]] = []
     forged = [0]

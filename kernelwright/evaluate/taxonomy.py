@@ -207,28 +207,14 @@ def explain(exc_type: str, message: str, log: str = "") -> tuple[Verdict, Option
     return COMPILE, None
 
 
-# The machine, not the candidate: a full disk under the build cache or the work folder. The
-# compiler says "No space left on device" (or "error writing to ..."), Python raises ENOSPC/EDQUOT.
+# A build's own words for a full disk. Only the trusted builder's failure text is read with it (a
+# failure that says so is not kept as the arguments' own: buildcache.record_failures); whether the
+# machine's disk is full is never decided from text (evaluate/diskroom.py).
 _DISK_FULL = re.compile(r"No space left on device|Disk quota exceeded|\[Errno (?:28|122)\]")
 
 
 def is_disk_full(text: str) -> bool:
     return _DISK_FULL.search(text) is not None
-
-
-def infrastructure_problem(exc: BaseException, log: str = "") -> Optional[str]:
-    """Why a failed build or import is the machine's fault (a full disk), or None."""
-    import errno
-
-    seen: set[int] = set()
-    e: Optional[BaseException] = exc
-    while e is not None and id(e) not in seen:  # the OSError may sit under torch's RuntimeError
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-            return f"no space left on device ({e.filename or 'build cache'})"
-        e = e.__cause__ or e.__context__
-    m = _DISK_FULL.search(f"{exc}\n{log}")
-    return f"no space left on device (the build said: {m.group(0)})" if m else None
 
 
 def classify_build_failure(exc_type: str, message: str, log: str = "") -> Verdict:

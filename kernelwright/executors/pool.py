@@ -7,10 +7,11 @@
 How the work flows, and why:
 - In the caller: extraction, parsing and the static rules (`precheck`) - cheap, no process.
 - Exact duplicates (same task, code and settings) are evaluated once; each gets a copy (dedupe.py).
-- A candidate that builds an extension (load_inline/load) first goes to a *compile slot*: a
-  sandboxed child imports it with nothing else (a "prebuild"), so its build lands in the
-  content-hash cache under the candidate's scope (buildcache.py: keyed by sources, flags, arch and
-  torch version, verified by sha256) exactly as the evaluation would build it. Compile slots run on the CPU cores in parallel
+- A candidate that builds an extension (load_inline/load) first goes to a *compile slot*: its
+  literal builds are made there by the trusted builder into the content-hash cache's shared scope
+  (buildcache.py: keyed by sources, flags, arch, torch version and compilers, verified by sha256),
+  and a candidate with other builds is imported with nothing else (a "prebuild"), which decides a
+  build error early (its own build dies with its box: only the trusted builder's are cached). Compile slots run on the CPU cores in parallel
   while the device slots evaluate what is already built. A build that fails decides the verdict
   there (compile_error / hallucinated_api: the evaluation would stop at the same import); any
   other outcome (built, timed out, crashed) goes on to a full evaluation, which decides.
@@ -25,9 +26,8 @@ How the work flows, and why:
   already imported, so the import is off the critical path. A slot is recycled (spare discarded)
   after a timeout, a crash or a CUDA error, so nothing started
   next to a bad kernel serves the next candidate.
-- Every worker process has its own scratch folder (sandbox.py), its only writable place: its
-  builds, TORCH_EXTENSIONS_DIR and TRITON_CACHE_DIR live there, and the parent promotes its
-  builds into the cache under the candidate's scope afterwards (buildcache.py). Each slot sets
+- Every worker process has its own scratch (sandbox.py), a private tmpfs and its only writable
+  place: its builds, TORCH_EXTENSIONS_DIR and TRITON_CACHE_DIR live there and die with it. Each slot sets
   MAX_JOBS so the compile slots together use the cores and no more, and TORCH_CUDA_ARCH_LIST = the capability of the GPU the candidate will run on (the same string the
   worker sets, so the build keys match).
 """

@@ -36,6 +36,10 @@ from kernelwright.records import Finding
 log = logging.getLogger(__name__)
 
 TARGETS = ("cuda", "cpp", "triton")
+# The longest program grounding reads. Its C++ scanners are linear but walk the text once per rule
+# (about 1.4 s of CPU for 100 KB), and a model's answer is a few KB (max_tokens); a longer text is
+# judged as written, ungrounded, rather than costing the caller seconds it chose.
+MAX_GROUNDED_CHARS = 32_000
 ERROR, WARNING = "error", "warning"
 
 
@@ -159,6 +163,10 @@ def ground(code: str, target: str = "cuda") -> GroundingReport:
     """Check `code` (Python source, already extracted) against the installed APIs and repair what is
     unambiguous. Never raises."""
     text = code if isinstance(code, str) else ("" if code is None else str(code))
+    if len(text) > MAX_GROUNDED_CHARS:
+        return GroundingReport(original=text, code=text, target=str(target), findings=[Finding(
+            rule="grounding_skipped", severity=WARNING,
+            message=f"grounding skipped: {len(text)} characters, more than {MAX_GROUNDED_CHARS}")])
     try:
         return _ground(text, target if target in TARGETS else "cuda", target)
     except Exception as e:  # noqa: BLE001 - grounding must never stop an evaluation

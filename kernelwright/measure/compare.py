@@ -1,5 +1,13 @@
 """Output comparison: structure, shape, dtype, tolerance, non-finite values, mismatch statistics.
 
+Every floating output is judged twice over: element by element (allclose at the tolerance) and as a
+whole (its norm-wise relative error against the reference, `relative_error`, at most the
+tolerance's rtol). The elementwise test alone is blind where most of an output's values are below
+its atol (a long softmax, whose values are near 1/N): there it passed values rounded to 3-4 mantissa
+bits, or every value under atol written as zero. An honest fp32 kernel (another summation order, a
+fast exp) is 1e-7 to 1e-5 off as a whole; fp32 outputs rounded to fp16 are about 3e-4 off, to bf16
+about 2e-3, a TF32 GEMM about 5e-4: a precision below the task's dtype fails.
+
 A floating output outside the tolerance gets a second hearing where the caller can run the
 reference in float64 (`exact`): it passes when its error against that run is at most
 ACCURACY_FACTOR times the reference's own, in the worst element and in root mean square alike.
@@ -35,6 +43,9 @@ ACCURACY_FACTOR = 2.0
 # How close the reference must be to its own float64 run for that run to count as the exact answer
 # (the half-precision tolerance: bf16 rounding is 4e-3; an fp32 GEMM over K = 8192 is 2e-5 relative)
 SAME_RUN_TOL = 1e-2
+# The least norm-wise relative error the whole-output test demands, whatever rtol says (rtol=0 asks
+# for atol alone): a few fp32 ulps.
+MIN_RELATIVE = 1e-6
 
 # Defaults: fp32 as current KernelBench (1e-4); half precision 1e-2.
 DEFAULT_TOL = {
@@ -123,6 +134,20 @@ def compare(ref: Any, cand: Any, tol: Tolerance, trial: int, exact: Optional[Exa
     return Comparison(True, "match", "", worst, accuracy)
 
 
+def relative_bound(tol: Tolerance) -> float:
+    """The largest norm-wise relative error an output may have against the reference."""
+    return max(tol.rtol, MIN_RELATIVE)
+
+
+def relative_error(r64: torch.Tensor, c64: torch.Tensor, keep: torch.Tensor) -> Optional[float]:
+    """||c - r|| / ||r|| over the elements `keep` (float64 tensors); None where the reference is all
+    zero there (no scale to be relative to: the elementwise atol decides)."""
+    norm = float(r64[keep].norm())
+    if norm == 0.0:
+        return None
+    return float((c64 - r64)[keep].norm()) / norm
+
+
 def as_accurate(r: torch.Tensor, c: torch.Tensor, e: Any, tol: Tolerance) -> Optional[Accuracy]:
     """The candidate's and the reference's errors against `e`, the reference's output run in float64;
     None where `e` is no float64 run of this output (another shape or dtype: the module cast inside),
@@ -142,15 +167,20 @@ def as_accurate(r: torch.Tensor, c: torch.Tensor, e: Any, tol: Tolerance) -> Opt
     # The float64 run must be a run of the same computation: a reference that draws random numbers,
     # or rounds to half precision inside, is off its float64 run by far more than rounding, and its
     # "error" would be a bar any output clears.
-    if not _allclose(r64[keep], e64[keep], atol=SAME_RUN_TOL, rtol=SAME_RUN_TOL):
+    # As a whole too: an atol of 1e-2 alone would call any run of small outputs the same.
+    same = relative_error(e64, r64, keep)
+    if not _allclose(r64[keep], e64[keep], atol=SAME_RUN_TOL, rtol=SAME_RUN_TOL) or (same or 0.0) > SAME_RUN_TOL:
         return None
     ref_err, cand_err = (r64 - e64)[keep].abs(), (c64 - e64)[keep].abs()
     return Accuracy(comparisons=1, max_abs_err=float(cand_err.max()), ref_max_abs_err=float(ref_err.max()),
-                    rms_err=float(cand_err.square().mean().sqrt()), ref_rms_err=float(ref_err.square().mean().sqrt()))
+                    rms_err=float(cand_err.square().mean().sqrt()), ref_rms_err=float(ref_err.square().mean().sqrt()),
+                    scale=float(e64[keep].square().mean().sqrt()))
 
 
 def passes(a: Accuracy, tol: Tolerance) -> bool:
-    slack = tol.atol / 10
+    # A tenth of the tolerance, so that a reference exact in float64 is not a bar of zero: of its
+    # atol, or of the output's own scale where that is smaller (small outputs: atol would swallow them).
+    slack = min(tol.atol, relative_bound(tol) * a.scale) / 10 if a.scale is not None else tol.atol / 10
     return (a.max_abs_err <= ACCURACY_FACTOR * a.ref_max_abs_err + slack
             and a.rms_err <= ACCURACY_FACTOR * a.ref_rms_err + slack)
 
@@ -187,32 +217,57 @@ def trial_verdict(result: Comparison, ref: Any, cand: Any,
     return None
 
 
+# Elements compared at once: the float64 copies and masks of a comparison are made per chunk (128
+# MiB a side), so judging an 8 GiB output never holds several float64 copies of the whole of it.
+CHUNK_ELEMENTS = 1 << 24
+
+
+def _chunks(r: torch.Tensor, c: torch.Tensor) -> Any:
+    """(reference, candidate) pieces of both outputs in float64, CHUNK_ELEMENTS at a time."""
+    rf, cf = r.detach().reshape(-1), c.detach().reshape(-1)
+    for s in range(0, rf.numel(), CHUNK_ELEMENTS):
+        yield rf[s:s + CHUNK_ELEMENTS].double(), cf[s:s + CHUNK_ELEMENTS].double()
+
+
 def _tensor_mismatch(r: torch.Tensor, c: torch.Tensor, tol: Tolerance, trial: int) -> Optional[Mismatch]:
     if not r.is_floating_point() and not r.is_complex():
         if _equal(r, c):
             return None
         diff = (r != c)
         return Mismatch(trial=trial, mismatch_fraction=float(diff.float().mean()), detail="integer output differs")
-    r64, c64 = r.detach().double(), c.detach().double()
-    ref_finite, cand_finite = _isfinite(r64), _isfinite(c64)
-    # NaN/Inf only count as a match where the reference has the same non-finite value.
-    bad_nonfinite = int((~cand_finite & ref_finite).sum())
-    if bad_nonfinite == 0 and _allclose(c64, r64, atol=tol.atol, rtol=tol.rtol, equal_nan=True):
+    # Chunk by chunk (CHUNK_ELEMENTS): an 8 GiB output never holds several float64 copies of itself.
+    bad_nonfinite = not_close = count = 0
+    total, largest, err_sq, ref_sq = 0.0, None, 0.0, 0.0
+    for r64, c64 in _chunks(r, c):
+        ref_finite, cand_finite = _isfinite(r64), _isfinite(c64)
+        # NaN/Inf only count as a match where the reference has the same non-finite value.
+        bad_nonfinite += int((~cand_finite & ref_finite).sum())
+        both = ref_finite & cand_finite
+        delta = (c64 - r64)[both]
+        if delta.numel():
+            largest = max(largest or 0.0, float(delta.abs().max()))
+            total += float(delta.abs().sum())
+            count += delta.numel()
+            err_sq += float(delta.square().sum())
+            ref_sq += float(r64[both].square().sum())
+        not_close += int((~_isclose(c64, r64, atol=tol.atol, rtol=tol.rtol, equal_nan=True)).sum())
+    # as relative_error, over the whole output: None where the reference is all zero
+    whole = (err_sq ** 0.5) / (ref_sq ** 0.5) if ref_sq > 0.0 else None
+    if bad_nonfinite == 0 and not_close == 0 and (whole is None or whole <= relative_bound(tol)):
         return None
-    both = ref_finite & cand_finite
-    diff = (c64 - r64).abs()[both]
-    close = _isclose(c64, r64, atol=tol.atol, rtol=tol.rtol, equal_nan=True)
     return Mismatch(
         trial=trial,
-        max_abs_diff=float(diff.max()) if diff.numel() else None,
-        mean_abs_diff=float(diff.mean()) if diff.numel() else None,
-        mismatch_fraction=float((~close).double().mean()),
+        max_abs_diff=largest,
+        mean_abs_diff=total / count if count else None,
+        mismatch_fraction=not_close / r.numel(),
         nonfinite_in_candidate=bad_nonfinite,
+        relative_error=whole,
     )
 
 
 def _describe(i: int, m: Mismatch, tol: Tolerance) -> str:
-    head = f"output {i} differs from the reference (atol={tol.atol:g}, rtol={tol.rtol:g})"
+    head = (f"output {i} differs from the reference (atol={tol.atol:g}, rtol={tol.rtol:g}, relative error of "
+            f"the whole output at most {relative_bound(tol):g})")
     detail = m.summary()
     return f"{head}; {detail}" if detail else head
 

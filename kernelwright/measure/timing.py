@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from kernelwright.device import DeviceLock
+from kernelwright.measure import footprint
 from kernelwright.records import TimingStats
 
 _perf_counter = time.perf_counter
@@ -37,6 +38,10 @@ _synchronize = torch.cuda.synchronize
 _elapsed = torch.cuda.Event.elapsed_time
 _record = torch.cuda.Event.record
 _event_sync = torch.cuda.Event.synchronize
+
+# The cores this process may run on, read when it is imported: in the judge, before any runner exists.
+# A later read would report an affinity another process of the same uid could have narrowed.
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 CPU_FLUSH_BYTES = 64 * 2**20  # larger than the last-level cache of the machines we run on
 MIN_GPU_FLUSH_BYTES = 256 * 2**20  # H200 L2 is 60 MB; flush with several times that
@@ -204,15 +209,8 @@ def free_cpu_threads(load: MachineLoad) -> int:
     running on. A multithreaded reference whose threads wait for a busy core spins at every
     OpenMP barrier (measured here: 100x slower) while a single-threaded candidate barely notices,
     so timing both on the free cores keeps the comparison honest."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     busy = load.others_runnable or 0
-    return max(1, min(torch.get_num_threads(), cores - busy))
-
-
-def _tensor_bytes(values: Any) -> int:
-    from kernelwright.measure.compare import flatten
-
-    return sum(t.numel() * t.element_size() for t in flatten(values) if isinstance(t, torch.Tensor))
+    return max(1, min(torch.get_num_threads(), _CORES - busy))
 
 
 def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
@@ -238,16 +236,19 @@ def _check_call(i: int, cfg: TimingConfig, inputs_unchanged: bool, problem: Opti
 
 def _pair_timing(samples_c: list[float], samples_r: list[float], clock: str, cfg: TimingConfig,
                  threads: Optional[int], before: MachineLoad, floor_bytes: int,
-                 bandwidth: Optional[float], samples_null: Optional[list[float]] = None) -> PairTiming:
+                 bandwidth: Optional[float], samples_null: Optional[list[float]] = None,
+                 fresh_place: bool = True) -> PairTiming:
     after = machine_load()
     floor = floor_bytes / bandwidth * 1e3 if bandwidth else None
     conditions = dict(checked_calls=cfg.warmup + cfg.iters, threads=threads, load_before=before.load,
                       load_after=after.load, runnable_before=before.others_runnable,
                       runnable_after=after.others_runnable, floor_ms=floor,
-                      protocol_ms=statistics.median(samples_null) if samples_null else None)
+                      protocol_ms=statistics.median(samples_null) if samples_null else None,
+                      fresh_place=fresh_place)
+    place = "" if fresh_place else f" at one place of the arena (a call over {footprint.ONE_PLACE_ABOVE_BYTES >> 30} GiB)"
     protocol = (f"{clock}, candidate and reference alternating, {cfg.warmup} warm-up, {cfg.iters} timed "
                 f"calls, {'cache flushed per call' if cfg.flush_cache else 'no cache flush'}, fresh inputs "
-                f"per call, every output checked" + (f", {threads} thread(s)" if threads else "")
+                f"per call{place}, every output checked" + (f", {threads} thread(s)" if threads else "")
                 + (", a null call (the same copies and round trip, no forward) after each pair"
                    if samples_null else ""))
     return PairTiming(_stats(samples_c, protocol, **conditions), _stats(samples_r, protocol, **conditions))
@@ -326,8 +327,10 @@ def time_served_pair(candidate: Any, reference: Any, draw: Callable[[], list[Any
     samples_r: list[float] = []
     samples_n: list[float] = []
     floor_bytes = 0
+    fresh_place = True
 
     def timed(served: Any, staged: Any, run_null: bool = False) -> tuple[Any, float]:
+        served.before_call()  # outside the clock: the runner's process tree idle since its last reply
         flush()
         if cuda:
             _synchronize()
@@ -335,7 +338,9 @@ def time_served_pair(candidate: Any, reference: Any, draw: Callable[[], list[Any
         out = served.run_null(staged) if run_null else served.run(staged)
         if cuda:
             _synchronize()  # the judge's copies of the outputs are done
-        return out, (_perf_counter() - t0) * 1e3
+        ms = (_perf_counter() - t0) * 1e3
+        served.after_call()
+        return out, ms
 
     with DeviceLock(str(device)), torch.no_grad():
         if threads is not None:
@@ -358,15 +363,20 @@ def time_served_pair(candidate: Any, reference: Any, draw: Callable[[], list[Any
                     samples_r.append(ms_r)
                 same = identical(candidate.inputs_after(staged_c), reference.inputs_after(staged_r))
                 _check_call(i, cfg, same, check(out_r, out_c, inputs))
-                floor_bytes = _tensor_bytes(inputs) + _tensor_bytes(out_r)
+                floor_bytes = footprint.tensor_bytes(inputs) + footprint.tensor_bytes(out_r)
                 if null is not None:  # after the checks: it writes the reference's inputs again
                     _, ms_n = timed(null, staged_r, run_null=True)
                     if i >= cfg.warmup:
                         samples_n.append(ms_n)
+                # let this call's inputs and outputs go before the next draw: at KernelBench's
+                # sizes two calls' sets at once are gigabytes more on the device (footprint.py)
+                fresh_place = fresh_place and staged_c.fresh_place and staged_r.fresh_place
+                del inputs, staged_c, staged_r, out_c, out_r
         finally:
             if threads is not None:
                 candidate.threads(None)
                 reference.threads(None)
     clock = (f"{'wall-clock+device-sync' if cuda else 'wall-clock'} in the judge around each runner's request "
              "and reply (inputs copied in, outputs copied out)")
-    return _pair_timing(samples_c, samples_r, clock, cfg, threads, before, floor_bytes, bandwidth, samples_n)
+    return _pair_timing(samples_c, samples_r, clock, cfg, threads, before, floor_bytes, bandwidth, samples_n,
+                        fresh_place)

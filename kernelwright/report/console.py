@@ -1,9 +1,15 @@
-"""Human-readable rendering of an EvalResult in the terminal (rich)."""
+"""Human-readable rendering of an EvalResult in the terminal (rich).
+
+Much of a record is the candidate's text (its entry points' names, its error, flags quoting it): every
+cell is a `Text`, which rich never parses for markup, so a name like "[bold red]" or "[/]" prints as
+written and cannot break the report.
+"""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from kernelwright.records import EvalResult, Verdict
 
@@ -23,8 +29,8 @@ def generalises_text(r: EvalResult) -> str:
 
 def print_result(console: Console, r: EvalResult) -> None:
     style = _STYLE.get(r.verdict, "bold red")
-    console.print(f"verdict: [{style}]{r.verdict.value}[/]   task: {r.task_id}   device: {r.device}")
-    facts = Table(box=None, show_header=False)
+    console.print(Text.assemble("verdict: ", (r.verdict.value, style), f"   task: {r.task_id}   device: {r.device}"))
+    facts = _Facts(box=None, show_header=False)
     facts.add_row("compiled", str(r.compiled))
     facts.add_row("correct (outputs match)", str(r.correct))
     facts.add_row("custom kernel did the work", str(r.custom_kernel) + (f"  {r.custom_calls}" if r.custom_calls else ""))
@@ -67,6 +73,13 @@ def print_result(console: Console, r: EvalResult) -> None:
         console.print(r.error, markup=False, highlight=False)
     warnings = [f for f in r.findings if f.severity == "warning"]
     if warnings:
-        console.print("static warnings: " + ", ".join(sorted({f.rule for f in warnings})))
+        console.print(Text("static warnings: " + ", ".join(sorted({f.rule for f in warnings}))))
     stages = "  ".join(f"{s.name} {s.seconds:.2f}s{'' if s.ok else ' ✗'}" for s in r.stages)
-    console.print(f"stages: {stages}", highlight=False)
+    console.print(Text(f"stages: {stages}"))
+
+
+class _Facts(Table):
+    """A table whose cells are plain text, never markup."""
+
+    def add_row(self, *cells: object, **kwargs: object) -> None:  # type: ignore[override]
+        super().add_row(*(Text(c) if isinstance(c, str) else c for c in cells), **kwargs)  # type: ignore[arg-type]

@@ -1,10 +1,12 @@
 """OS-level containment (confine.py) against hostile candidates, through the real evaluator.
 
 Each fixture in tests/fixtures/candidates/cpu/hostile/ attacks from inside a real worker process:
-files of the study (task file, candidate file, cells.jsonl), the shared build cache, a local TCP
-service, secrets in the environment, processes that outlive the evaluation (daemons, compilers),
-a shell command smuggled through the compiler flags. After each: its expected verdict, no process
-of it left, no file outside its scratch changed, no secret in any field of the record.
+files of the study (task file, candidate file, cells.jsonl), a secret in the real home, the build
+cache (poisoned, or a library planted for promotion), a local TCP service, secrets in the
+environment, processes that outlive the evaluation (daemons, compilers), a shell command smuggled
+through the compiler flags, the scratch filled or made 5,000 folders deep, the device's lock
+held. After each: its expected verdict, no process of it left, no file outside its scratch
+changed, no scratch folder left on the host, no secret or task source in any field of the record.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -117,10 +120,22 @@ def study(request):
 
 
 @pytest.fixture
-def watched(study, fast_cfg, monkeypatch, tmp_path):
+def home_secret():
+    """A secret file in the evaluating user's real home, as a careless user keeps one."""
+    path = Path.home() / f".kw-test-secret-{uuid.uuid4().hex}"
+    path.write_text(SECRET)
+    yield path
+    path.unlink()
+
+
+@pytest.fixture
+def watched(study, fast_cfg, monkeypatch, tmp_path, home_secret):
     """Runs a hostile fixture and checks what must hold after any of them."""
     monkeypatch.setenv("KW_TEST_API_KEY", SECRET)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    scratches = tmp_path / "scratches"  # where this test's evaluations make their scratch folders
+    scratches.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratches))
     cache = tmp_path / "cache"
     planted = cache / "builds" / ("a" * 24)
     planted.mkdir(parents=True)
@@ -143,19 +158,19 @@ def watched(study, fast_cfg, monkeypatch, tmp_path):
             assert _processes_with(marker) == [], f"a process the candidate started ({marker}) outlived it"
         assert _tree_digest(study) == before_study, "a file of the study changed"
         after = _tree_digest(cache)
-        # the only changes the cache may see: this candidate's own promoted builds, and the
-        # trusted builder's builds under the keys the parent computed from the candidate's literal
-        # load_inline arguments (nothing else in the shared scope)
-        scope = buildcache.scope_of(result.candidate_hash)
+        # the only change the cache may see: the trusted builder's builds under the keys the parent
+        # computed from the candidate's literal load_inline arguments (nothing else)
         keys = {buildcache.build_key(b.arguments, os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
                                      buildcache.torch_version())
                 for b in literal_builds((HOSTILE / name).read_text()).builds}
-        own = (f"builds/{scope}/", *(f"builds/{buildcache.SHARED}/{k}" for k in keys))
+        own = tuple(f"builds/{buildcache.SHARED}/{k}" for k in keys) or ("\0",)
         assert {k: v for k, v in after.items() if not k.startswith(own)} == before_cache
         assert listener.accepted == 0, "the candidate reached a local TCP service"
         assert SECRET not in result.model_dump_json(), "a secret reached the record"
         assert result.confinement is not None and result.confinement.trusted
         assert result.confinement.mechanism == mechanism
+        assert "learned per-feature bias" not in result.model_dump_json(), "the task's source reached the record"
+        assert os.listdir(scratches) == [], "a scratch folder was left on the host"
         return result
 
     yield run
@@ -165,11 +180,18 @@ def watched(study, fast_cfg, monkeypatch, tmp_path):
 # -- Python hostiles: cheap, run under every mechanism this machine offers ----------------------------
 
 PYTHON_CASES = [
-    ("write_victims.py", Verdict.RUNTIME_ERROR, "Read-only file system"),
+    ("write_victims.py", Verdict.RUNTIME_ERROR, "no file of the study is visible"),
     ("poison_cache.py", Verdict.RUNTIME_ERROR, "Read-only file system"),
     ("connect_tcp.py", Verdict.RUNTIME_ERROR, "no local service reachable"),
     ("env_secret.py", Verdict.RUNTIME_ERROR, "exfiltrated"),
     ("double_fork_daemon.py", Verdict.CHEAT, "child process"),
+    # the box holds only what the evaluation needs: each of these does its harm where it can and is
+    # otherwise honest PyTorch, so `no_custom_kernel` with nothing on the host (checked for every
+    # case) is right
+    ("read_outside.py", Verdict.NO_CUSTOM_KERNEL, None),
+    ("plant_library.py", Verdict.NO_CUSTOM_KERNEL, None),
+    ("deep_tree.py", Verdict.NO_CUSTOM_KERNEL, None),
+    ("hold_device_lock.py", Verdict.NO_CUSTOM_KERNEL, None),
 ]
 
 
@@ -178,13 +200,48 @@ PYTHON_CASES = [
 def test_python_hostile_is_contained(watched, mechanism, name, expected, why):
     result = watched(name, mechanism)
     assert result.verdict == expected, (result.error, result.output_tail)
-    assert why in (result.error or ""), result.error
+    assert why is None or why in (result.error or ""), result.error
+    if name == "read_outside.py":
+        assert "read outside the box: nothing" in (result.output_tail or ""), result.output_tail
+    if name == "hold_device_lock.py":
+        assert "the lock folder was absent" in (result.output_tail or ""), result.output_tail
+        assert result.speedup is not None and result.device_lock_wait_s is not None  # the judge held the real lock
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_the_scratch_has_a_quota(watched, mechanism):
+    """1.5 GB written into a 64 MB scratch (and /tmp, /dev/shm) stops at the quota; the inode
+    limit holds where the mechanism sets one (the unshare path: bubblewrap sets sizes only)."""
+    result = watched("fill_scratch.py", mechanism, scratch_mb=64)
+    assert result.verdict == Verdict.NO_CUSTOM_KERNEL, (result.error, result.output_tail)
+    tail = result.output_tail or ""
+    stops = [int(mb) for mb in re.findall(r"stopped at (\d+) MB: No space left on device", tail)]
+    assert len(stops) == 3 and all(mb <= 64 for mb in stops), tail
+    assert result.confinement.scratch_limit_mb == 64
+    if mechanism == "unshare":
+        made = int(re.search(r"making files stopped at (\d+)", tail).group(1))
+        assert made < confine.SCRATCH_INODES, tail
+
+
+def test_cleanup_survives_a_tree_deeper_than_recursion(tmp_path):
+    top = tmp_path / "scratch"
+    top.mkdir()
+    here = os.getcwd()
+    os.chdir(top)
+    try:
+        for _ in range(5000):
+            os.mkdir("d")
+            os.chdir("d")
+    finally:
+        os.chdir(here)
+    confine.remove_tree(str(top))
+    assert not top.exists()
 
 
 # -- C++ hostiles: each builds once -------------------------------------------------------------------
 
 CPP_CASES = [
-    ("cpp_write_victims.py", Verdict.RUNTIME_ERROR, "Read-only file system"),
+    ("cpp_write_victims.py", Verdict.RUNTIME_ERROR, "no file of the study is visible"),
     ("cpp_connect.py", Verdict.RUNTIME_ERROR, "no local service reachable"),
     ("cpp_daemon.py", Verdict.CHEAT, "child process"),
     ("cflags_shell.py", Verdict.CORRECT, None),
@@ -287,7 +344,7 @@ def test_openmp_threads_sleep_between_the_judges_calls(monkeypatch):
     assert _environment(cfg, "cpu")["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
-def test_promotion_takes_plain_libraries_only_and_lookup_refuses_a_changed_one(tmp_path):
+def test_promotion_takes_plain_libraries_once_and_lookup_refuses_a_changed_one(tmp_path):
     scratch, root = tmp_path / "scratch", tmp_path / "root"
     good = scratch / "builds" / ("1" * 24)
     good.mkdir(parents=True)
@@ -295,35 +352,23 @@ def test_promotion_takes_plain_libraries_only_and_lookup_refuses_a_changed_one(t
     (good / "ext.o").write_bytes(b"object")
     linked = scratch / "builds" / ("2" * 24)
     linked.mkdir()
-    (tmp_path / "host_file").write_text("not the candidate's")
+    (tmp_path / "host_file").write_text("not the builder's")
     (linked / "ext.so").symlink_to(tmp_path / "host_file")
     (scratch / "builds" / "not-a-key").mkdir()
-    assert buildcache.promote(str(scratch), str(root), "s" * 24) == ["1" * 24]
-    assert buildcache.lookup(str(root), "s" * 24, "1" * 24, "ext") == (str(root / ("s" * 24) / ("1" * 24)), "hit")
-    assert buildcache.lookup(str(root), "t" * 24, "1" * 24, "ext") == (None, "miss")  # another candidate's scope
-    (root / ("s" * 24) / ("1" * 24) / "ext.so").write_bytes(b"poisoned")
-    assert buildcache.lookup(str(root), "s" * 24, "1" * 24, "ext") == (None, "rejected")
-    assert buildcache.promote(str(scratch), str(root), "s" * 24) == ["1" * 24]  # a refused entry is replaced
-    assert buildcache.lookup(str(root), "s" * 24, "1" * 24, "ext")[1] == "hit"
-
-
-@pytest.mark.build
-def test_a_poisoned_cache_entry_is_refused_and_rebuilt(fast_cfg, tmp_path):
-    """The candidate's own scope: a name the parent cannot read without running the candidate
-    keeps the build with the worker (evaluate/buildspec.py)."""
-    task = load_task(str(TASKS / "bias_relu.py"))
-    text = (CANDIDATES / "cpu" / "correct_cpp.py").read_text().replace(
-        'name="kw_fixture_bias_relu"', 'name="kw_fixture_" + str("bias_relu")')
-    cfg = fast_cfg(cache_dir=str(tmp_path), time=False)
-    first = evaluate(task, text, cfg)
-    assert first.verdict == Verdict.CORRECT and first.builds[0]["cache"] == "miss"
-    assert not any(s.name == "shared_build" for s in first.stages)
-    (lib,) = (tmp_path / "builds" / buildcache.scope_of(first.candidate_hash)).glob("*/*.so")
-    lib.write_bytes(lib.read_bytes() + b"\0")  # changed after promotion, by anything
-    second = evaluate(task, text, cfg)
-    assert second.verdict == Verdict.CORRECT and second.builds[0]["cache"] == "rejected"
-    third = evaluate(task, text, cfg)
-    assert third.verdict == Verdict.CORRECT and third.builds[0]["cache"] == "hit"
+    keys = {"1" * 24, "2" * 24, "not-a-key", "3" * 24}
+    assert buildcache.promote(str(scratch), str(root), keys) == ["1" * 24]
+    entry = root / buildcache.SHARED / ("1" * 24)
+    assert buildcache.lookup(str(root), buildcache.SHARED, "1" * 24, "ext") == (str(entry), "hit")
+    # written once: another build of the same key (a different product) does not replace it
+    (good / "ext.so").write_bytes(b"another product")
+    assert buildcache.promote(str(scratch), str(root), keys) == []
+    assert (entry / "ext.so").read_bytes() == b"library"
+    # changed on the host after promotion: refused, and replaced as a whole by the next build
+    (entry / "ext.so").write_bytes(b"poisoned")
+    assert buildcache.lookup(str(root), buildcache.SHARED, "1" * 24, "ext") == (None, "rejected")
+    assert buildcache.promote(str(scratch), str(root), keys) == ["1" * 24]
+    assert buildcache.lookup(str(root), buildcache.SHARED, "1" * 24, "ext")[1] == "hit"
+    assert sorted(os.listdir(root / buildcache.SHARED)) == ["1" * 24]
 
 
 @pytest.mark.build
@@ -340,4 +385,4 @@ def test_a_poisoned_shared_entry_is_refused_and_rebuilt_by_the_builder(fast_cfg,
     # refused by the parent's check, built again by the trusted builder, loaded by the worker
     assert next(s for s in second.stages if s.name == "shared_build").detail.startswith("0 cached, 1 built")
     assert second.verdict == Verdict.CORRECT and second.builds[0]["cache"] == "hit"
-    assert buildcache.sha256_file(str(lib)) == buildcache.sha256_file(str(next((tmp_path / "builds").glob("shared/*.json")).with_suffix("") / lib.name))
+    assert buildcache.sha256_file(str(lib)) == json.loads((lib.parent / buildcache.INDEX).read_text())["sha256"]

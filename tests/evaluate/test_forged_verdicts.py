@@ -21,7 +21,7 @@ from kernelwright.records import EvalResult, Verdict
 from kernelwright.tasks import load_task
 
 from tests.conftest import CANDIDATES, TASKS
-from tests.evaluate.test_confinement import MECHANISMS, study, watched  # noqa: F401 -- fixtures
+from tests.evaluate.test_confinement import MECHANISMS, home_secret, study, watched  # noqa: F401 -- fixtures
 
 HOSTILE = CANDIDATES / "cpu" / "hostile"
 

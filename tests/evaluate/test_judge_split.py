@@ -39,7 +39,9 @@ def test_a_reply_is_a_reply_or_nothing():
 @pytest.mark.parametrize("claimed,at_import,later", [
     ("correct", "runtime_error", "runtime_error"), ("faster", "runtime_error", "runtime_error"),
     ("wrong_output", "runtime_error", "runtime_error"), ("compile_error", "compile_error", "runtime_error"),
-    ("infrastructure_error", "infrastructure_error", "runtime_error"), ("cheat", "cheat", "cheat"),
+    # what withholds the verdict or blames the task is never the runner's to say
+    ("infrastructure_error", "runtime_error", "runtime_error"), ("reference_error", "runtime_error", "runtime_error"),
+    ("reference_out_of_memory", "runtime_error", "runtime_error"), ("cheat", "cheat", "cheat"),
     ("compiled", "runtime_error", "runtime_error")])
 def test_a_runner_claims_only_losing_verdicts(claimed, at_import, later, tmp_path):
     from kernelwright.evaluate.evaluator import EvalConfig, make_job
@@ -148,38 +150,43 @@ def test_a_dead_runner_is_named_with_its_signal():
 
 
 def test_the_candidates_runner_holds_only_its_socket(tmp_path):
-    """Started as the sandbox starts the judge: the judge's child holds stdio and one socket, not
-    the result pipe. (That it cannot open the judge's descriptors or memory either is
-    test_forged_verdicts.py's forge_reach_judge, inside a real sandbox.)"""
+    """Started as the sandbox starts the judge: the candidate's runner (PID 2 of its own namespace,
+    below a stand-in and the namespace's init, isolation.py) holds stdio and one socket, not the
+    result pipe; the stand-in and the init hold nothing. (That it cannot open the judge's descriptors
+    or memory either is test_forged_verdicts.py's forge_reach_judge, inside a real sandbox.)"""
     import os
     import subprocess
     import sys
     import time
 
+    from kernelwright.confine import descendants
     from kernelwright.evaluate.evaluator import _PKG_ROOT
+    from kernelwright.evaluate.leftovers import _ns_pids
 
     read_fd, write_fd = os.pipe()
     judge = subprocess.Popen([sys.executable, "-m", "kernelwright.evaluate.judge", str(write_fd)],
                              stdin=subprocess.PIPE, pass_fds=(write_fd,), cwd=tmp_path,
                              env={**os.environ, "PYTHONPATH": _PKG_ROOT})
     os.close(write_fd)
+
+    def held(pid: int) -> list[str]:
+        return sorted(os.readlink(f"/proc/{pid}/fd/{n}").split(":")[0]
+                      for n in os.listdir(f"/proc/{pid}/fd") if int(n) > 2)
+
     try:
         deadline = time.monotonic() + 120
-        runner_pid = None
-        while time.monotonic() < deadline and runner_pid is None:
-            for entry in filter(str.isdigit, os.listdir("/proc")):
-                try:
-                    with open(f"/proc/{entry}/stat") as f:
-                        if int(f.read().rsplit(")", 1)[1].split()[1]) == judge.pid:
-                            runner_pid = int(entry)
-                except (OSError, ValueError, IndexError):
-                    continue
+        tree: list[int] = []
+        while time.monotonic() < deadline and len(tree) < 3:
+            tree = descendants(judge.pid)
             time.sleep(0.2)
-        assert runner_pid is not None, "the judge started no runner"
+        assert len(tree) == 3, "the judge started no isolated runner"
+        time.sleep(1)  # each closes what it must not hold right after it starts
         assert judge.poll() is None
-        kinds = sorted(os.readlink(f"/proc/{runner_pid}/fd/{n}").split(":")[0]
-                       for n in os.listdir(f"/proc/{runner_pid}/fd") if int(n) > 2)
+        runner = [p for p in tree if _ns_pids(p)[-1] == 2]
+        assert len(runner) == 1 and len(_ns_pids(runner[0])) == len(_ns_pids(judge.pid)) + 1
+        kinds = held(runner[0])
         assert "pipe" not in kinds and kinds.count("socket") == 1, kinds
+        assert all(held(p) == [] for p in tree if p != runner[0])
     finally:
         judge.kill()
         judge.wait()

@@ -1,8 +1,9 @@
 """The trusted builder and the build cache's shared scope (evaluate/buildspec.py, builder.py).
 
 Candidates whose load_inline arguments are literals share one build, made by a sandboxed process
-that runs no candidate code; what a candidate's own process builds stays in its own scope; a
-hostile flag cannot put a library under any key but its own; a failed build is compiled once.
+that runs no candidate code, one box per key; what a candidate's own process builds dies with its
+box; a hostile flag cannot put a library under any key but its own, nor change another key's
+build; a failed build is compiled once.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def test_two_candidates_with_one_extension_build_it_once(bias_relu, fast_cfg, tm
     for r in (first, second):
         assert [b.get("cache_scope") for b in r.builds] == ["shared"], r.builds
     shared = Path(cfg.cache_dir) / "builds" / buildcache.SHARED
-    assert len([p for p in shared.iterdir() if p.suffix == ".json"]) == 1
+    assert len(list(shared.glob(f"*/{buildcache.INDEX}"))) == 1
 
 
 @pytest.mark.build
@@ -102,9 +103,28 @@ def test_a_hostile_flag_cannot_plant_a_library_under_another_key(bias_relu, fast
     result = evaluate(bias_relu, text, cfg)
     assert result.verdict == Verdict.CORRECT, (result.error, result.output_tail)
     shared = Path(cfg.cache_dir) / "builds" / buildcache.SHARED
-    assert not (shared / planted).exists() and not (shared / f"{planted}.json").exists()
-    [entry] = [json.loads(p.read_text()) for p in shared.glob("*.json")]
+    assert not (shared / planted).exists()
+    [entry] = [json.loads(p.read_text()) for p in shared.glob(f"*/{buildcache.INDEX}")]
     assert entry["artifact"] == "kw_fixture_bias_relu.so"
+
+
+@pytest.mark.build
+def test_a_hostile_flag_cannot_rewrite_another_keys_build(bias_relu, fast_cfg, tmp_path):
+    """The flag's command outlives its compile and truncates the library of the candidate's other
+    build, whose key an honest candidate shares: each key is built in a box of its own."""
+    hostile = (CPU / "hostile" / "cflags_poison_other_key.py").read_text()
+    honest = (CPU / "correct_cpp.py").read_text()
+    assert literal_builds(honest).builds[0] in literal_builds(hostile).builds  # the same key
+    cfg = fast_cfg(cache_dir=str(tmp_path / "cache"), static_checks=False, time=False)
+    first = evaluate(bias_relu, hostile, cfg)
+    assert stage(first, "shared_build").detail.startswith("0 cached, 2 built"), stage(first, "shared_build")
+    assert first.verdict == Verdict.CORRECT, (first.error, first.output_tail)
+    second = evaluate(bias_relu, honest, cfg)
+    assert stage(second, "shared_build").detail.startswith("1 cached, 0 built")
+    assert second.verdict == Verdict.CORRECT, (second.error, second.output_tail)
+    assert [b.get("cache_scope") for b in second.builds] == ["shared"]
+    shared = Path(cfg.cache_dir) / "builds" / buildcache.SHARED
+    assert all(lib.stat().st_size > 100 for lib in shared.glob("*/kw_fixture_bias_relu.so"))
 
 
 @pytest.mark.build

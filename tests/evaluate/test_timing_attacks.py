@@ -8,6 +8,8 @@ kernel busy-waits 1 ms per call, so a memo that served timed calls would show as
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from kernelwright.evaluate import EvalConfig, EvaluatorError, evaluate
@@ -119,20 +121,27 @@ def test_study_spec_rejects_bad_evaluator_options(tmp_path):
 
 
 @pytest.mark.build
-def test_a_full_disk_is_an_infrastructure_error_never_the_candidates(bias_relu, fast_cfg, tiny_disk, monkeypatch,
-                                                                     caplog):
+def test_a_full_host_disk_is_never_the_candidates(bias_relu, fast_cfg, tiny_disk, monkeypatch, caplog, build_cache):
     import tempfile
 
-    from kernelwright.evaluate import InfrastructureError
+    from kernelwright.evaluate import buildcache
+    from kernelwright.evaluate.buildspec import literal_builds
 
     # a build of its own: a comment inside the C++ source changes the build key (builds are shared by
     # key across candidates, and the run's cache is shared), so this candidate must build
     source = (CANDIDATES / "cpu" / "correct_cpp.py").read_text()
     source = source.replace("#include <torch/extension.h>", f"#include <torch/extension.h>\n// {tiny_disk}", 1)
-    # builds run in the worker's scratch: a full disk there stops the evaluation with no verdict
+    with open(tiny_disk / "filler", "wb") as f:  # the host's disk, where the scratch folders are, full
+        with contextlib.suppress(OSError):
+            f.write(b"\0" * (2 << 20))
+    # builds run in the box's own tmpfs: the trusted builder cannot deliver its library to the full
+    # host folder (nothing half-written is promoted), and the worker builds it itself
     monkeypatch.setattr(tempfile, "tempdir", str(tiny_disk))
-    with pytest.raises(InfrastructureError, match="no space left on device"):
-        evaluate(bias_relu, source, fast_cfg(time=False))
+    r = evaluate(bias_relu, source, fast_cfg(time=False))
+    assert r.verdict == Verdict.CORRECT, (r.verdict, r.error)
+    [build] = literal_builds(source).builds
+    key = buildcache.build_key(build.arguments, "", buildcache.torch_version())
+    assert buildcache.lookup(str(build_cache / "builds"), buildcache.SHARED, key, build.name)[1] in ("miss", "hit")
     monkeypatch.undo()
     # a full build cache only stops the build being kept: the candidate keeps its verdict
     r = evaluate(bias_relu, source, fast_cfg(cache_dir=str(tiny_disk), time=False))

@@ -22,7 +22,7 @@ def confined_run(argv: list[str], scratch: str, visible: list[str], timeout: flo
     from kernelwright import confine
 
     limits = confine.Limits(memory_bytes=2 << 30, cpu_seconds=int(timeout) + 5)
-    held = confine.box(argv, scratch, visible, limits, env_scrubbed=True, required=False)
+    held = confine.box(argv, scratch, visible, limits, env_scrubbed=True, required=False, keep_scratch=True)
     env = {"PATH": "/usr/bin:/bin", "HOME": scratch, "TMPDIR": scratch, "LC_ALL": "C"}
     proc = subprocess.Popen(held.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             cwd=scratch, env=env, text=True, start_new_session=True)
