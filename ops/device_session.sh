@@ -1,6 +1,6 @@
 # The device runs of docs/results/ (GPU studies and benchmarks), through the device tool; see
 # ops/README.md. Usage on the device, from the checkout:
-#   bash ops/device_session.sh chunk|place|check|skel|skelt|gemm|search|steps RUNS|kb|side|start|opt|
+#   bash ops/device_session.sh chunk|place|check|skel|skelt|gemm|search|steps STUDY...|kb|side|start|opt|
 #                              ray|scaling|copy|pool|simple K/N|gputests FILES|poll S|collect
 # Long jobs run detached (`setsid nohup`: a job left in the call's process group dies with the call)
 # from a copy of the checkout (/tmp/kwb), so that a later call's fresh checkout cannot change them;
@@ -63,39 +63,34 @@ gemm)  # the Triton GEMM skeletons (oracle epilogue) against eager and torch.com
     builtin/L2/10_linear_bias_hardswish_clamp builtin/L3/01_mlp_block builtin/L3/07_two_expert_mixture \
     examples/gemm_bias_gelu.py tests/fixtures/tasks/bmm_relu_fp16.py > /tmp/kwout/gemm-check.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
-search)  # zero_shot+scaffold vs search, CUDA and Triton on the GPU, side by side; with them plain
-  # copies of the references timed on the same GPU. `search cpp` adds C++ on the host's CPU (all
-  # three beside the scaffold check oversubscribe 16 cores)
+search)  # zero_shot+scaffold vs search, CUDA and Triton on the GPU, side by side
+  # (studies/builtin-zero-shot-vs-search-*.toml); with them plain copies of the references timed on
+  # the same GPU. `search cpp` adds C++ on the host's CPU (all three beside the scaffold check
+  # oversubscribe 16 cores)
   bash "$0" copy
   cd /tmp/kwb
   export PYTHONPATH=/tmp/site:/tmp/kwb
   for t in cuda triton ${2:-}; do
-    dev=cuda; [ $t = cpp ] && dev=cpu
-    setsid nohup python3 -m kernelwright.cli.main study run -m "hf:qwen2.5-coder-1.5b?batch_size=64" \
-      -r zero_shot+scaffold,search -t builtin --target $t --device $dev \
-      --max-tokens 768 --iters 50 --jobs 34 --compile-baseline --out /tmp/st/$t > /tmp/kwout/study-$t.log 2>&1 < /dev/null &
+    kind=gpu; [ $t = cpp ] && kind=cpu
+    setsid nohup python3 -m kernelwright.cli.main study run studies/builtin-zero-shot-vs-search-$t-$kind.toml \
+      --out /tmp/st/$t > /tmp/kwout/study-$t.log 2>&1 < /dev/null &
   done
   setsid nohup python3 benchmarks/copy_timing.py --device cuda --rounds 3 --out /tmp/kwout/copy-timing.md \
     > /tmp/kwout/copy-timing.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
-steps)  # the search studies: `steps TARGET:REGIME...` (e.g. cuda:search triton:search
-  # triton:zero_shot+scaffold), each a study on the built-in tasks that have a scaffold in its target,
-  # side by side, the model on the GPU for all; C++ on the host's CPU. Three studies at most on 16
-  # cores. Every cell begins at once (--jobs 28): a verified kernel's launch variants queue behind
-  # other cells' first candidates (EvalConfig.priority). One evaluation slot a study is the
-  # bottleneck: SLOTS=4 gives more (the timed stage holds the GPU alone anyway). CELL_MINUTES=M gives
-  # each cell a clock (--cell-minutes: no model request after M minutes), so that the whole study
-  # ends inside one session (12 minutes a cell with SLOTS=4: all 28 Triton cells in 14 minutes)
+steps)  # the built-in search studies: `steps STUDY...`, each the name of a study file under
+  # studies/ (e.g. builtin-search-cuda-gpu builtin-search-triton-gpu-12min), side by side, the model
+  # on the GPU for all; C++ on the host's CPU. Three studies at most on 16 cores. Every cell begins
+  # at once (jobs = 28): a verified kernel's launch variants queue behind other cells' first
+  # candidates (EvalConfig.priority). One evaluation slot a study is the bottleneck: slots = 4 gives
+  # more (the timed stage holds the GPU alone anyway); a clock a cell (cell_minutes) makes the whole
+  # study end inside one session (12 minutes a cell with 4 slots: all 28 Triton cells in 14 minutes)
   bash "$0" copy
   cd /tmp/kwb
   export PYTHONPATH=/tmp/site:/tmp/kwb
-  for run in "${@:2}"; do
-    t=${run%%:*}; r=${run#*:}; dev=cuda; [ $t = cpp ] && dev=cpu
-    ids=$(python3 -c "import sys; from kernelwright.tasks import load_tasks; from kernelwright.scaffold import plan_tasks, write
-ts = load_tasks('builtin'); print(' '.join('-t ' + t.id for t, p in zip(ts, plan_tasks(ts)) if write(p, sys.argv[1]).available))" $t)
-    setsid nohup python3 -m kernelwright.cli.main study run -m "hf:qwen2.5-coder-1.5b?batch_size=64" -r $r $ids \
-      --target $t --device $dev --max-tokens 768 --iters 50 --jobs 28 --slots ${SLOTS:-2} ${CELL_MINUTES:+--cell-minutes $CELL_MINUTES} --compile-baseline --out /tmp/st/$t-${r%%+*} \
-      > /tmp/kwout/study-$t-${r%%+*}.log 2>&1 < /dev/null &
+  for name in "${@:2}"; do
+    setsid nohup python3 -m kernelwright.cli.main study run studies/$name.toml --out /tmp/st/$name \
+      > "/tmp/kwout/study-$name.log" 2>&1 < /dev/null &
   done
   disown -a; sleep 2; echo started ;;
 kb)  # the KernelBench subset, CUDA and Triton side by side, every cell begun at once (the files of
@@ -111,27 +106,26 @@ kb)  # the KernelBench subset, CUDA and Triton side by side, every cell begun at
   done
   disown -a; sleep 2; echo started ;;
 side)  # two studies side by side on one GPU (CUDA and Triton targets, the built-in suite at
-  # full size, zero_shot+scaffold: one sample a cell, so both can finish in a session) with plain
-  # copies of the references timed beside them
+  # full size, zero_shot+scaffold: one sample a cell, so both can finish in a session;
+  # studies/builtin-zero-shot-scaffold-*-gpu.toml) with plain copies of the references timed beside them
   bash "$0" copy
   cd /tmp/kwb
   export PYTHONPATH=/tmp/site:/tmp/kwb
   for t in cuda triton; do
-    setsid nohup python3 -m kernelwright.cli.main study run -m "hf:qwen2.5-coder-1.5b?batch_size=64" \
-      -r zero_shot+scaffold -t builtin --target $t --device cuda \
-      --max-tokens 768 --iters 50 --jobs 34 --compile-baseline --out /tmp/st/$t > /tmp/kwout/study-$t.log 2>&1 < /dev/null &
+    setsid nohup python3 -m kernelwright.cli.main study run studies/builtin-zero-shot-scaffold-$t-gpu.toml \
+      --out /tmp/st/$t > /tmp/kwout/study-$t.log 2>&1 < /dev/null &
   done
   setsid nohup python3 benchmarks/copy_timing.py --device cuda --rounds 3 --out /tmp/kwout/copy-timing.md \
     > /tmp/kwout/copy-timing.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
-start)
+start)  # scaffold on vs off on the built-in suite, CUDA and Triton side by side
+  # (studies/builtin-scaffold-on-off-*-gpu.toml), and optimize on examples/gemm_bias_gelu.py beside them
   bash "$0" copy
   cd /tmp/kwb
   export PYTHONPATH=/tmp/site:/tmp/kwb
   for t in cuda triton; do
-    setsid nohup python3 -m kernelwright.cli.main study run -m "hf:qwen2.5-coder-1.5b?batch_size=40" \
-      -r zero_shot+no_scaffold,zero_shot+scaffold -t builtin --target $t --device cuda \
-      --max-tokens 768 --iters 50 --jobs 34 --out /tmp/st/$t > /tmp/kwout/study-$t.log 2>&1 < /dev/null &
+    setsid nohup python3 -m kernelwright.cli.main study run studies/builtin-scaffold-on-off-$t-gpu.toml \
+      --out /tmp/st/$t > /tmp/kwout/study-$t.log 2>&1 < /dev/null &
   done
   cp examples/gemm_bias_gelu.py /tmp/kwout/
   setsid nohup bash -c "time python3 -m kernelwright.cli.main optimize /tmp/kwout/gemm_bias_gelu.py \

@@ -13,7 +13,7 @@ from kernelwright.study.spec import load_spec
 from kernelwright.tasks.ranges import parse_numbers
 
 ROOT = Path(__file__).resolve().parents[2]
-STUDIES = sorted((ROOT / "studies").glob("*.toml"))
+STUDIES = sorted((ROOT / "studies").glob("kernelbench-*.toml"))  # the device studies of KernelBench
 
 
 def _script():
