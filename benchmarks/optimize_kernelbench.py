@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 _NOT_JUDGED = ("not_built", "no_code", "syntax_error")
-_HEADER = ["problem", "exit", "wall s", "evaluated", "verdicts", "kept", "first evaluated at s", "size"]
+_HEADER = ["problem", "exit", "wall s", "evaluated", "verdicts", "kept", "size"]
 
 
 def _problem_file(root: Path, spec: str) -> Path:
@@ -29,16 +29,6 @@ def _problem_file(root: Path, spec: str) -> Path:
     if not found:
         sys.exit(f"optimize_kernelbench: no problem {spec} under {root}")
     return found[0]
-
-
-def _first_evaluated_s(log: str) -> str:
-    """Seconds into the run of its first judged candidate: the progress line `M:SS turn ... candidate`."""
-    for line in log.splitlines():
-        head, _, rest = line.partition(" ")
-        if "candidate" in rest and ":" in head and head.replace(":", "").isdigit():
-            minutes, seconds = head.split(":")
-            return str(int(minutes) * 60 + int(seconds))
-    return ""
 
 
 def _run_one(root: Path, spec: str, minutes: float, work: Path, extra: list[str]) -> list[str]:
@@ -66,7 +56,7 @@ def _run_one(root: Path, spec: str, minutes: float, work: Path, extra: list[str]
     summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
     return [spec + " " + source.stem.split("_", 1)[1], str(proc.returncode), f"{wall:.0f}", str(judged),
             ", ".join(f"{v} {n}" for v, n in verdicts.most_common()), "yes" if summary.get("kept_id") else "no",
-            _first_evaluated_s(proc.stdout + proc.stderr), summary.get("size") or ""]
+            summary.get("size") or ""]
 
 
 def main() -> None:

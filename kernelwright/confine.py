@@ -329,34 +329,30 @@ def view(scratch: str, visible: list[str], scratch_bytes: int, keep_scratch: boo
     outlives it (the pre-check's harness leaves its values in files; it runs no candidate's
     build and holds no secret, and its memory limit bounds it)."""
     out: list[Mount] = []
-    bound: list[str] = []
-
-    def ro(path: str) -> None:
-        real = os.path.realpath(path)
-        if os.path.exists(real) and not _within_any(real, bound):
-            out.append(Mount("ro", real, real))
-            bound.append(real)
-
+    inside = [p for p in visible if _within_any(os.path.realpath(p), [scratch])]
+    wanted: list[str] = []
     for link in TOP_LINKS:
         if os.path.islink(link):
             out.append(Mount("link", link, os.readlink(link)))
         elif os.path.isdir(link):
-            ro(link)
-    for path in SYSTEM:
-        ro(path)
-    for name in ETC:
-        ro(os.path.join("/etc", name))
-    for extra in _library_paths():
-        ro(extra)
+            wanted.append(link)
+    wanted += [*SYSTEM, *(os.path.join("/etc", name) for name in ETC), *_library_paths(),
+               *(p for p in visible if p not in inside)]
+    real = [r for r in dict.fromkeys(os.path.realpath(p) for p in wanted) if os.path.exists(r)]
+    # A folder bound inside another bound one is dropped: bound first, it would be hidden by its
+    # parent, and remounting it read-only (confine_mounts.py) then fails, since it is no longer a
+    # mount point (a venv's bin/ from PATH under the venv Python lives in)
+    real = sorted((r for r in real if not any(o != r and _within_any(r, [o]) for o in real)),
+                  key=lambda r: r.rstrip("/").count("/"))
+    volatile = ["/tmp", "/dev"]  # the box's own tmpfs and /dev are mounted over these first
+    out += [Mount("ro", r, r) for r in real if not _within_any(r, volatile)]
     out.append(Mount("dev", "/dev"))  # a minimal /dev: the nodes of DEVICES
     for node in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri")):
         out.append(Mount("dev", node, node))  # the GPU stays usable
     out.append(Mount("proc", "/proc"))
     out.append(Mount("tmpfs", "/tmp", size=scratch_bytes, inodes=SCRATCH_INODES))
     out.append(Mount("tmpfs", "/dev/shm", size=scratch_bytes, inodes=SCRATCH_INODES))
-    inside = [p for p in visible if _within_any(os.path.realpath(p), [scratch])]
-    for path in sorted(set(visible) - set(inside), key=lambda p: p.rstrip("/").count("/")):  # parents first
-        ro(path)
+    out += [Mount("ro", r, r) for r in real if _within_any(r, volatile)]
     # the scratch after the read-only paths: a visible parent of it (the pre-check's cache folder
     # holds its scratch) bound later would cover it read-only
     if keep_scratch:
@@ -365,9 +361,9 @@ def view(scratch: str, visible: list[str], scratch_bytes: int, keep_scratch: boo
         out.append(Mount("tmpfs", scratch, size=scratch_bytes, inodes=SCRATCH_INODES))
         out.append(Mount("dir", os.path.join(scratch, "tmp")))
     for path in sorted(inside, key=lambda p: p.rstrip("/").count("/")):
-        real = os.path.realpath(path)
-        if os.path.exists(real):
-            out.append(Mount("ro", real, real))  # the host's folder, over the private scratch
+        host = os.path.realpath(path)
+        if os.path.exists(host):
+            out.append(Mount("ro", host, host))  # the host's folder, over the private scratch
     return out
 
 
@@ -381,13 +377,19 @@ def _library_paths() -> list[str]:
     CUDA_HOME, LD_LIBRARY_PATH, the folders of PATH, and the real folder of each build tool."""
     paths = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", "")]
     paths += os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
-    paths += os.environ.get("PATH", "").split(os.pathsep)
+    tools = os.environ.get("PATH", "").split(os.pathsep)
     for tool in BUILD_TOOLS:
         found = shutil.which(tool)
         if found:
-            paths.append(os.path.dirname(os.path.realpath(found)))
+            tools.append(os.path.dirname(os.path.realpath(found)))
+    # a tool folder P/bin is an installation P: its compiler finds its own headers and programs in
+    # P/lib and P/libexec (a GPU image's gcc in /opt/gcc: bin/ alone built nothing, "stddef.h: No
+    # such file or directory")
+    paths += [os.path.dirname(t) if os.path.basename(t.rstrip("/")) in ("bin", "sbin") else t
+              for t in (t.rstrip("/") for t in tools) if t]
     return [p for p in dict.fromkeys(paths)
-            if p and os.path.isabs(p) and not _within_any(os.path.realpath(p), ["/root", "/home", "/tmp"])]
+            if p and os.path.isabs(p) and os.path.realpath(p) != "/"
+            and not _within_any(os.path.realpath(p), ["/root", "/home", "/tmp"])]
 
 
 def _bwrap_prefix(scratch: str, visible: list[str], scratch_bytes: int, caps: tuple[str, ...] = (),
