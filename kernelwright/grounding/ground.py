@@ -59,6 +59,8 @@ RULES: dict[str, GroundingRule] = {r.name: r for r in (
     GroundingRule("example_usage", 9, "repair", "module-level demo code after the model classes (calls to undefined "
                   "get_inputs/get_init_inputs, model instantiation, print, test functions, code using their results) "
                   "and `if __name__ == '__main__':` blocks are removed"),
+    GroundingRule("missing_imports", 8, "repair", "a standard name used but never imported (load_inline, torch, nn, "
+                  "F, triton, tl, math) gets its conventional import"),
     GroundingRule("load_inline_keywords", 1, "repair", "load_inline arguments against the installed signature: "
                   "invented keywords mapped (sources= by content), unknown ones without code dropped, sources passed "
                   "positionally moved to keywords, a missing or invalid name= supplied, functions= made a list of "
@@ -98,6 +100,7 @@ RULES: dict[str, GroundingRule] = {r.name: r for r in (
 PASSES: tuple[tuple[str, Callable[[Pass], None]], ...] = (
     ("duplicate_modelnew", py.rule_duplicate_modelnew),
     ("example_usage", py.rule_example_usage),
+    ("missing_imports", py.rule_missing_imports),
     ("load_inline_keywords", ext.rule_keywords),
     ("source_placement", ext.rule_duplicate_sources),
     ("source_placement", ext.rule_placement),

@@ -300,6 +300,37 @@ def _check_arguments(p: Pass, name: str, call: ast.Call, params: list[str]) -> N
                       "tensor, not `.data_ptr()`", p.at(arg))
 
 
+# --- imports the answer uses but never wrote ----------------------------------------------------------
+
+# The names a kernel module conventionally binds by one import, and that import. Small models copy a
+# taught call (`load_inline(...)`, `tl.load(...)`) without the import line above it; the name means
+# one thing only, so the import is added rather than reported.
+STANDARD_IMPORTS = {
+    "torch": "import torch",
+    "nn": "import torch.nn as nn",
+    "F": "import torch.nn.functional as F",
+    "load_inline": "from torch.utils.cpp_extension import load_inline",
+    "triton": "import triton",
+    "tl": "import triton.language as tl",
+    "math": "import math",
+}
+
+
+def rule_missing_imports(p: Pass) -> None:
+    missing = sorted(name for name in _unbound_names(p) if name in STANDARD_IMPORTS)
+    if not missing:
+        return
+    body = p.code.tree.body
+    # after a docstring and `from __future__` imports, which must stay first
+    lead = [s for s in body[:2] if isinstance(s, ast.Expr) and isinstance(getattr(s, "value", None), ast.Constant)
+            or isinstance(s, ast.ImportFrom) and s.module == "__future__"]
+    at = p.code.span(lead[-1])[1] if lead else 0
+    text = "".join(STANDARD_IMPORTS[n] + "\n" for n in missing)
+    p.edits.append(Edit(at, at, ("\n" + text) if lead else text))
+    p.repaired("missing_imports", "used but never imported: " + ", ".join(f"`{n}`" for n in missing)
+               + "; added " + "; ".join(f"`{STANDARD_IMPORTS[n]}`" for n in missing), at)
+
+
 # --- final checks ------------------------------------------------------------------------------------
 
 

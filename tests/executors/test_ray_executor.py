@@ -58,19 +58,28 @@ def cluster():
         c.shutdown()
 
 
-def _sandbox_running_with(marker: str) -> bool:
-    """Whether an evaluation worker whose command line or environment names our cache folder is alive."""
+def _judge_running_on(node) -> bool:
+    """Whether a judge (the box that builds and evaluates candidates) runs under `node`'s
+    raylet. The raylet starts the node's Ray workers and a worker starts its judges; a judge's
+    command line and environment name none of the study's folders (the build cache and the task
+    are not in its box), so its ancestry tells it from other sessions' judges."""
+    raylet = node.all_processes["raylet"][0].process.pid
+    parent: dict[int, int] = {}
+    judges = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            cmd = (proc / "cmdline").read_bytes()
-            # a confined worker's wrapper (bwrap / unshare) names the cache folder it binds read-only
-            evaluating = b"kernelwright.evaluate.judge" in cmd or b"kernelwright.evaluate.worker" in cmd
-            if evaluating and (marker.encode() in cmd or marker.encode() in (proc / "environ").read_bytes()):
-                return True
-        except OSError:
+            parent[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if b"kernelwright.evaluate.judge" in (proc / "cmdline").read_bytes():
+                judges.append(int(proc.name))
+        except (OSError, IndexError, ValueError):
             continue
+    for pid in judges:
+        while pid > 1:
+            if pid == raylet:
+                return True
+            pid = parent.get(pid, 0)
     return False
 
 
@@ -99,7 +108,7 @@ def test_a_study_survives_a_worker_node_dying_mid_job(cluster, tmp_path):
     runner = threading.Thread(target=study)
     runner.start()
     deadline = time.monotonic() + 600
-    while not _sandbox_running_with(str(cache)):  # a candidate is being built or evaluated on `doomed`
+    while not _judge_running_on(doomed):  # a candidate is being built or evaluated on `doomed`
         assert runner.is_alive() and time.monotonic() < deadline, "no evaluation ever started on the cluster"
         time.sleep(0.2)
     rescuer = cluster.add_node(num_cpus=2, object_store_memory=80 * 2**20)

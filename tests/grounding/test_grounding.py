@@ -700,3 +700,33 @@ def test_repaired_answer_compiles_in_compile_only_mode(fast_cfg):
     assert evaluate(task, code, cfg).verdict != Verdict.COMPILED
     result = evaluate(task, ground(code).code, cfg)
     assert result.verdict == Verdict.COMPILED, result.error
+
+
+def test_a_taught_call_without_its_import_gets_the_import():
+    # the fallback's answers copy `load_inline(...)` and `tl.load` without their import lines
+    code = textwrap.dedent('''\
+        """A docstring stays first."""
+        import torch
+        import torch.nn as nn
+
+        ext = load_inline(name="k", cpp_sources="torch::Tensor f(torch::Tensor x);",
+                          cuda_sources="torch::Tensor f(torch::Tensor x) { return x; }", functions=["f"])
+
+        class ModelNew(nn.Module):
+            def forward(self, x):
+                return ext.f(x) + math.pi
+        ''')
+    report = ground(code)
+    assert "from torch.utils.cpp_extension import load_inline" in report.code
+    assert "import math" in report.code
+    assert report.code.startswith('"""A docstring stays first."""\n')
+    assert any(r.rule == "missing_imports" for r in report.repairs)
+    assert not errors(report, "undefined_names")
+    ast.parse(report.code)
+
+
+def test_an_unknown_name_is_still_reported_not_imported():
+    code = GOOD.replace("return ext.scale(x)", "return fused_op(x)")
+    report = ground(code)
+    assert not any(r.rule == "missing_imports" for r in report.repairs)
+    assert any("`fused_op`" in m for m in errors(report, "undefined_names"))
