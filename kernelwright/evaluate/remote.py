@@ -106,7 +106,7 @@ class RemoteRunner:
     def idle(self) -> None:
         """Raise LeftoverWork if anything of the runner's tree worked since its last reply."""
         if self.leftovers is not None:
-            reasons = self.leftovers.check()
+            reasons = self.leftovers.check(per_window=self.device.type == "cpu")  # leftovers.GPU_WINDOWS
             if reasons:
                 raise LeftoverWork(reasons)
 

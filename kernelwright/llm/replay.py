@@ -4,6 +4,11 @@ Each line is one `Recording`: a request, the model it went to, and the completio
 back. Its key is the sha256 of the canonical JSON of the messages, the sampling parameters and
 the model name, so a replayed run gets exactly the answers the recorded run got. A request that
 was never recorded is an error naming its key: a replay never makes an answer up.
+
+One looseness, for the judge's measurements: every check draws its inputs from secret seeds, so
+the numbers a feedback prompt quotes (max abs diff, relative error, timings) differ from run to
+run. A request that matches no recording exactly is matched with its decimal numbers masked
+(`loose_key`): the same prompt with other measurements gets the recorded answer.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import threading
 import time
 from collections import defaultdict
@@ -29,6 +35,18 @@ def request_key(request: GenerationRequest, model: str) -> str:
     payload = {"model": model, **request.model_dump(mode="json", exclude={"grammar"} if request.grammar is None else None)}
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+# a decimal number, as measurements are written ("6.79", "0.566", "1e-05"); a plain integer (a
+# size, a line number) stays part of the key
+_DECIMAL = re.compile(r"\d+\.\d+(?:e[-+]?\d+)?|\d+e[-+]?\d+")
+
+
+def loose_key(request: GenerationRequest, model: str) -> str:
+    """request_key with the decimal numbers of the messages masked."""
+    masked = request.model_copy(update={"messages": tuple(m.model_copy(update={"content": _DECIMAL.sub("#", m.content)})
+                                                          for m in request.messages)})
+    return "loose:" + request_key(masked, model)
 
 
 class Recording(BaseModel):
@@ -73,6 +91,7 @@ class ReplayBackend:
         for r in recordings:
             if r.model == model:
                 self._by_key[r.key].append(r.completions)
+                self._by_key[loose_key(r.request, model)].append(r.completions)
         self._served: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
 
@@ -87,10 +106,12 @@ class ReplayBackend:
         with self._lock:
             for req in requests:
                 key = request_key(req, self.model)
+                if key not in self._by_key:
+                    key = loose_key(req, self.model)
                 answers = self._by_key.get(key)
                 if not answers:
                     raise BackendError(
-                        f"no recording for request {key} (model {self.model}) in {self.path}; "
+                        f"no recording for request {request_key(req, self.model)} (model {self.model}) in {self.path}; "
                         "record it first with record:FILE=SPEC"
                     )
                 i = min(self._served[key], len(answers) - 1)

@@ -32,8 +32,9 @@ CASES = [
     # the inputs are the judge's CUDA IPC arena (evaluate/cuda_arena.py), as on the CPU its shared
     # memory: a resize raises in the candidate's own call, and the reference has its own copy anyway
     (HOSTILE / "resize_input_cuda.py", {Verdict.RUNTIME_ERROR}, "not resizable"),
-    # a memo that ever hits serves another call's output (caught); one that never hits is honest
-    (HOSTILE / "memo_ptr_cuda.py", {Verdict.CHEAT, Verdict.CORRECT}, ""),
+    # a memo that ever hits serves another call's output (caught: as a cheat by the timing checks,
+    # or as a wrong output where a check's fresh inputs reused a place); one that never hits is honest
+    (HOSTILE / "memo_ptr_cuda.py", {Verdict.CHEAT, Verdict.WRONG_OUTPUT, Verdict.CORRECT}, ""),
     # forged verdicts: the judge, which writes the verdict, never imports the candidate
     (HOSTILE / "forge_json_dumps_triton.py", {Verdict.WRONG_OUTPUT}, "differs from the reference"),
     (HOSTILE / "forge_os_write_triton.py", {Verdict.WRONG_OUTPUT}, "differs from the reference"),

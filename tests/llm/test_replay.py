@@ -124,3 +124,20 @@ def test_recordings_made_before_grammars_still_replay(tmp_path: Path) -> None:
     # a constrained request is another request: its answers were never recorded
     with pytest.raises(BackendError, match="no recording"):
         ReplayBackend(path).generate([REQ.model_copy(update={"grammar": 'root ::= "y"'})])
+
+
+def test_a_feedback_prompt_with_other_measurements_gets_the_recorded_answer(tmp_path: Path) -> None:
+    # the judge draws every check's inputs from secret seeds: the numbers a mismatch quotes change
+    said = "output 0 differs: max abs diff {}, relative error of the whole output {}; fix the line at 12"
+    recorded = GenerationRequest.chat(said.format("20.9", "0.883"), n=1, seed=3)
+    path = tmp_path / "rec.jsonl"
+    write(path, ("m", recorded, [completion("fixed")]))
+    backend = make_backend(f"replay:{path}")
+    assert backend.generate([GenerationRequest.chat(said.format("237.0", "1.5e-03"), n=1, seed=3)]) == [
+        [completion("fixed")]]
+    # other words, another integer (a line, a size) or another seed are other requests
+    for other in (said.replace("fix", "rewrite"), said.replace("12", "13")):
+        with pytest.raises(BackendError, match="no recording"):
+            backend.generate([GenerationRequest.chat(other.format("20.9", "0.883"), n=1, seed=3)])
+    with pytest.raises(BackendError, match="no recording"):
+        backend.generate([recorded.model_copy(update={"seed": 4})])
