@@ -126,12 +126,14 @@ def read_maps(fd: Optional[int]) -> Optional[str]:
         return None
 
 
-def mapped_libraries(workdir: str, builds_root: str, shared_keys: Iterable[str], maps: Optional[str]) -> Libraries:
+def mapped_libraries(workdir: str, builds_root: str, build_keys: Iterable[str], maps: Optional[str]) -> Libraries:
     """Classify the executable file mappings in `maps` (a process's /proc maps; None: unreadable).
 
-    Ours: `<workdir>/builds/<key>/<name>.so` (built in this evaluation's scratch) and
-    `<builds_root>/shared/<key>/<name>.so` for a key of `shared_keys` (the trusted builder's builds
-    of this candidate's literal arguments, the only cache entries its box was given). Foreign: any
+    Ours, for a key of `build_keys` (the parent's keys of the candidate's literal builds, whose
+    entries are the only cache entries its box was given, and the keys of the builds its runner
+    made): `<builds_root>/shared/<key>/<name>.so` (the trusted builder's) and
+    `<workdir>/builds/<key>/<name>.so` (built in this evaluation's scratch). A library put into
+    a build folder of a key no build had is not ours. Foreign: any
     other executable mapping under the scratch, the build cache, /tmp, /dev/shm, a memfd or a
     deleted file, except Triton's own launcher in its cache (`.triton/`). Everything else (the
     interpreter, torch, system libraries) is not the candidate's to place and is neither."""
@@ -140,7 +142,7 @@ def mapped_libraries(workdir: str, builds_root: str, shared_keys: Iterable[str],
         found.unreadable = True
         return found
     roots = [os.path.realpath(p) for p in (workdir, builds_root) if p]
-    shared = set(shared_keys)
+    keys = set(build_keys)
     open_places = roots + ["/tmp", "/dev/shm", "/var/tmp"]
     for line in maps.splitlines():
         parts = line.split(None, 5)
@@ -156,7 +158,7 @@ def mapped_libraries(workdir: str, builds_root: str, shared_keys: Iterable[str],
             found.triton = True
         if not any(_under(path, place) for place in open_places) or "/.triton/" in path:
             continue
-        if _our_build(path, workdir, builds_root, shared):
+        if _our_build(path, workdir, builds_root, keys):
             found.ours.add(path)
         else:
             found.foreign.add(path)
@@ -170,7 +172,7 @@ def _under(path: str, folder: str) -> bool:
         return False
 
 
-def _our_build(path: str, workdir: str, builds_root: str, shared: set[str]) -> bool:
+def _our_build(path: str, workdir: str, builds_root: str, keys: set[str]) -> bool:
     from kernelwright.evaluate.buildcache import SHARED
 
     parent, name = os.path.split(path)
@@ -178,9 +180,10 @@ def _our_build(path: str, workdir: str, builds_root: str, shared: set[str]) -> b
     if not name.endswith(".so") or not _KEY.match(key):
         return False
     folder = os.path.realpath(folder)
-    if builds_root and folder == os.path.realpath(os.path.join(builds_root, SHARED)):
-        return key in shared
-    return bool(workdir) and folder == os.path.realpath(os.path.join(workdir, "builds"))
+    if key not in keys:
+        return False
+    return (bool(builds_root) and folder == os.path.realpath(os.path.join(builds_root, SHARED))) or \
+        (bool(workdir) and folder == os.path.realpath(os.path.join(workdir, "builds")))
 
 
 def library_verdict(libs: Libraries, calls: Iterable[str]) -> Optional[Finish]:

@@ -212,75 +212,83 @@ class Runner:
         from kernelwright.measure import compare
         from kernelwright.measure.compare import flatten
 
-        torch = self.torch
-        model = self.models[req.model]
-        args = [self.arena.view(a.tensor) if a.tensor is not None else a.value for a in req.args]
-        counter = self.counter
-        before = counter.snapshot() if counter is not None else {}
-        if self.spot is not None:
-            self.spot.perturbed = []
-        probe: Any = None
-        if req.probe == "time":
-            probe = work.TimeProbe(self._sync)
-        elif req.probe == "inspect":
-            probe = work.InspectProbe(self._sync)
-        elif req.probe == "perturb":
-            probe = work.PerturbProbe(set(req.perturb))
-        probing = work.probing(counter, probe, self.new_ops) if probe is not None else nullcontext()
-        if req.probe != "none" and self.guard is not None and not self.guard.changed():
-            # The profiler's first session and the first dispatch mode (the probes' router, the
-            # inspect probe's work.LibraryOps) import torch._dynamo, which wraps torch.manual_seed:
-            # make that import ours, and take the tamper guard's snapshot again.
-            import torch._dynamo  # noqa: F401
-
-            self.guard.rebase()
-        start = time.perf_counter()
         try:
-            with torch.no_grad(), probing:
-                if req.probe == "count_ops":
-                    return Reply(ok=True, calls=instrument.count_new_op_calls(self.new_ops, lambda: model(*args)))
-                out = model(*args)
-            # a claim against the candidate (outputs written after forward returned), so its own
-            # process may check it; in every call, the reference's runner's too, so that no call
-            # differs from another by it (a timed one from a checked one) and both sides pay it
-            if self.device.type == "cuda" and compare.unjoined(out, self.device, self._sync):
-                return Reply(ok=False, kind="error", verdict="cheat", error=compare.UNJOINED)
+            torch = self.torch
+            model = self.models[req.model]
+            args = [self.arena.view(a.tensor) if a.tensor is not None else a.value for a in req.args]
+            counter = self.counter
+            before = counter.snapshot() if counter is not None else {}
+            if self.spot is not None:
+                self.spot.perturbed, self.spot.replaced = [], []
+            probe: Any = None
+            if req.probe == "time":
+                probe = work.TimeProbe(self._sync)
+            elif req.probe == "inspect":
+                probe = work.InspectProbe(self._sync)
+            elif req.probe == "perturb":
+                probe = work.PerturbProbe(set(req.perturb))
+            probing = work.probing(counter, probe, self.new_ops) if probe is not None else nullcontext()
+            if req.probe != "none" and self.guard is not None and not self.guard.changed():
+                # The profiler's first session and the first dispatch mode (the probes' router, the
+                # inspect probe's work.LibraryOps) import torch._dynamo, which wraps torch.manual_seed:
+                # make that import ours, and take the tamper guard's snapshot again.
+                import torch._dynamo  # noqa: F401
+
+                self.guard.rebase()
+            start = time.perf_counter()
+            try:
+                with torch.no_grad(), probing:
+                    if req.probe == "count_ops":
+                        return Reply(ok=True, calls=instrument.count_new_op_calls(self.new_ops, lambda: model(*args)))
+                    out = model(*args)
+                # a claim against the candidate (outputs written after forward returned), so its own
+                # process may check it; in every call, the reference's runner's too, so that no call
+                # differs from another by it (a timed one from a checked one) and both sides pay it
+                if self.device.type == "cuda" and compare.unjoined(out, self.device, self._sync):
+                    return Reply(ok=False, kind="error", verdict="cheat", error=compare.UNJOINED)
+                self._sync()
+            except SystemExit as e:
+                return Reply(ok=False, kind="exit", error=f"the candidate called sys.exit({e.code!r})")
+            except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt raised by candidate code too
+                verdict, error = candidate_load.classify_runtime(e)
+                # raising on a spot check's noise is depending on it: the judge asks again
+                return Reply(ok=False, kind="error", verdict=verdict, error=error,
+                             perturbed=sorted(set(self.spot.perturbed)) if self.spot is not None else [])
+            seconds = time.perf_counter() - start
+            calls = {k: v - before.get(k, 0) for k, v in (counter.snapshot() if counter else {}).items()
+                     if v - before.get(k, 0)}
+            extra: dict[str, Any] = {"calls": calls, "seconds": seconds,
+                                     "reasons": list(self.guard.changed()) if self.guard is not None else [],
+                                     "perturbed": sorted(set(self.spot.perturbed)) if self.spot is not None else []}
+            if isinstance(probe, work.TimeProbe):
+                extra["custom_seconds"] = probe.seconds
+            if isinstance(probe, work.InspectProbe):
+                extra["seen"], extra["work"] = sorted(probe.seen), sorted(probe.work)
+                extra["library_seconds"], extra["library_ops"] = probe.library.seconds, probe.library.ops
+                extra["library_made"] = sorted(probe.library_made)
+            items = flatten(out)
+            subclass = [(i, type(t).__name__) for i, t in enumerate(items)
+                        if isinstance(t, torch.Tensor) and type(t) is not torch.Tensor]
+            if subclass:
+                i, name = subclass[0]
+                return Reply(ok=False, kind="subclass", error=f"output {i} is a {name}, a torch.Tensor subclass",
+                             **extra)
+            if not self._fits(items, req.outputs):
+                return Reply(ok=False, kind="spec", spec=[self._spec(x) for x in items], **extra)
+            values = []
+            for item, ref in zip(items, req.outputs):
+                if ref is None:
+                    values.append(_jsonable(item))
+                else:
+                    self.arena.view(ref).copy_(item)
             self._sync()
-        except SystemExit as e:
-            return Reply(ok=False, kind="exit", error=f"the candidate called sys.exit({e.code!r})")
-        except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt raised by candidate code too
-            verdict, error = candidate_load.classify_runtime(e)
-            # raising on a spot check's noise is depending on it: the judge asks again
-            return Reply(ok=False, kind="error", verdict=verdict, error=error,
-                         perturbed=sorted(set(self.spot.perturbed)) if self.spot is not None else [])
-        seconds = time.perf_counter() - start
-        calls = {k: v - before.get(k, 0) for k, v in (counter.snapshot() if counter else {}).items()
-                 if v - before.get(k, 0)}
-        extra: dict[str, Any] = {"calls": calls, "seconds": seconds,
-                                 "reasons": list(self.guard.changed()) if self.guard is not None else [],
-                                 "perturbed": sorted(set(self.spot.perturbed)) if self.spot is not None else []}
-        if isinstance(probe, work.TimeProbe):
-            extra["custom_seconds"] = probe.seconds
-        if isinstance(probe, work.InspectProbe):
-            extra["seen"], extra["work"] = sorted(probe.seen), sorted(probe.work)
-            extra["library_seconds"], extra["library_ops"] = probe.library.seconds, probe.library.ops
-            extra["library_made"] = sorted(probe.library_made)
-        items = flatten(out)
-        subclass = [(i, type(t).__name__) for i, t in enumerate(items)
-                    if isinstance(t, torch.Tensor) and type(t) is not torch.Tensor]
-        if subclass:
-            i, name = subclass[0]
-            return Reply(ok=False, kind="subclass", error=f"output {i} is a {name}, a torch.Tensor subclass", **extra)
-        if not self._fits(items, req.outputs):
-            return Reply(ok=False, kind="spec", spec=[self._spec(x) for x in items], **extra)
-        values = []
-        for item, ref in zip(items, req.outputs):
-            if ref is None:
-                values.append(_jsonable(item))
-            else:
-                self.arena.view(ref).copy_(item)
-        self._sync()
-        return Reply(ok=True, values=values, **extra)
+            return Reply(ok=True, values=values, **extra)
+        finally:
+            if self.spot is not None and self.spot.replaced:
+                # the outputs are in the arena (or the call failed): undo the spot check's noise
+                # wherever the candidate kept it
+                self.spot.restore()
+                self._sync()
 
     def _fits(self, items: list[Any], refs: list[Any]) -> bool:
         from kernelwright.evaluate.arena import dtype_name

@@ -136,6 +136,10 @@ class SpotCheck(Probe):
     def __init__(self) -> None:
         self.perturbed: list[str] = []
         self.noise = PerturbProbe(set())
+        # (noise handed to the candidate, what the call really returned): `restore` writes the
+        # latter into the former once the call's outputs are taken, so that a result the candidate
+        # keeps (a lazily computed weight, a cache) holds the kernel's values in later calls
+        self.replaced: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def call(self, key: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         result = fn(*args, **kwargs)
@@ -149,7 +153,17 @@ class SpotCheck(Probe):
         if any(_storage(t) in arguments for t in returned):
             return result
         self.perturbed.append(key)
-        return self.noise.scramble_result(result, [])
+        scrambled = self.noise.scramble_result(result, [])
+        self.replaced += [(n, t) for n, t in zip(tensors_in(scrambled), returned) if n is not t]
+        return scrambled
+
+    def restore(self) -> None:
+        """After the call's outputs were taken: every noise tensor holds what its call returned."""
+        with torch.no_grad():
+            for noise, real in self.replaced:
+                if noise.shape == real.shape and noise.dtype == real.dtype:
+                    noise.copy_(real)
+        self.replaced = []
 
 
 class TimeProbe(Probe):

@@ -66,9 +66,18 @@ HOSTILE_CASES = [
     ("proof_counted_only.py", None, True, Verdict.CHEAT, "not in a timed call"),
     ("proof_discarded_unless_probed.py", None, True, Verdict.NO_CUSTOM_KERNEL, "unannounced spot check"),
     ("proof_forged_evidence.py", None, False, Verdict.NO_CUSTOM_KERNEL, "no library this evaluation built"),
-    ("proof_cache_library.py", None, False, Verdict.NO_CUSTOM_KERNEL, "did not build"),
-    ("proof_cache_library.py", ("COPY = False", "COPY = True"), False, Verdict.NO_CUSTOM_KERNEL, "did not build"),
 ]
+
+
+@pytest.mark.build
+def test_another_candidates_build_is_out_of_reach(honest, bias_relu, proof_cfg):
+    """The build cache holds the honest control's library now, but the box sees only the entries of
+    its own job's keys (buildcache.provide): the fixture that would load it finds nothing."""
+    assert honest.verdict == Verdict.CORRECT
+    source = (HOSTILE / "proof_cache_library.py").read_text()
+    r = evaluate(bias_relu, source, proof_cfg(static_checks=False, time=False))
+    assert r.verdict != Verdict.CORRECT and not r.custom_kernel, (r.verdict, r.error)
+    assert "no kw_fixture_proof library in the build cache" in (r.error or ""), (r.verdict, r.error)
 
 
 @pytest.mark.build
@@ -193,43 +202,37 @@ def _maps(*paths: str) -> str:
 
 
 def test_mapped_libraries_tell_ours_from_foreign(tmp_path):
-    work_dir, root = str(tmp_path / "scratch"), str(tmp_path / "cache" / "builds")
+    work_dir = str(tmp_path / "scratch")
+    root = f"{work_dir}/cache/builds"  # the box's copy of the entries of its job's keys
     ours_scratch = f"{work_dir}/builds/{'a' * 24}/ext.so"
     ours_shared = f"{root}/shared/{'b' * 24}/ext.so"
     theirs_shared = f"{root}/shared/{'c' * 24}/ext.so"
-    own_scope = f"{root}/scope0/{'d' * 24}/ext.so"
-    os.makedirs(os.path.dirname(ours_scratch))
-    with open(ours_scratch, "wb") as f:
-        f.write(b"\x7fELF built here")
     system = "/usr/lib/x86_64-linux-gnu/libc.so.6"
-    libs = proof.mapped_libraries(work_dir, root, "scope0", {"b" * 24},
-                                  _maps(system, ours_scratch, ours_shared, own_scope))
-    assert libs.ours == {ours_scratch, ours_shared, own_scope} and not libs.foreign
-    libs = proof.mapped_libraries(work_dir, root, "scope0", {"b" * 24},
+    keys = {"a" * 24, "b" * 24}
+    libs = proof.mapped_libraries(work_dir, root, keys, _maps(system, ours_scratch, ours_shared))
+    assert libs.ours == {ours_scratch, ours_shared} and not libs.foreign
+    planted = f"{work_dir}/builds/{'e' * 24}/ext.so"  # put where builds go, under a key no build had
+    libs = proof.mapped_libraries(work_dir, root, keys,
                                   _maps(theirs_shared, "/tmp/x.so", "/memfd:jit (deleted)",
-                                             f"{work_dir}/elsewhere/lib.so"))
-    assert libs.foreign == {theirs_shared, "/tmp/x.so", "/memfd:jit (deleted)", f"{work_dir}/elsewhere/lib.so"}
+                                        f"{work_dir}/elsewhere/lib.so", f"{work_dir}/builds/notakey/ext.so", planted))
+    assert libs.foreign == {theirs_shared, "/tmp/x.so", "/memfd:jit (deleted)", f"{work_dir}/elsewhere/lib.so",
+                            f"{work_dir}/builds/notakey/ext.so", planted}
     assert re.search("did not build", proof.library_verdict(libs, {"ext.f": 1}).error)
     assert "no library" in proof.library_verdict(proof.Libraries(), {"ext.f": 1}).error
+    assert proof.mapped_libraries(work_dir, root, set(), None).unreadable
     built = proof.Libraries(ours={ours_scratch})
     assert proof.library_verdict(built, {"ext.f": 1, "op.ns::f": 2}) is None
     # counts forged under another name than the library's
     assert "kw_forged.f" in proof.library_verdict(built, {"ext.f": 1, "kw_forged.f": 1}).error
 
 
-def test_a_scratch_copy_of_another_shared_build_is_foreign(tmp_path):
-    import json
-
-    from kernelwright.evaluate.buildcache import sha256_file
-
-    work_dir, root = str(tmp_path / "scratch"), str(tmp_path / "cache" / "builds")
-    theirs = tmp_path / "cache" / "builds" / "shared" / ("c" * 24) / "ext.so"
-    theirs.parent.mkdir(parents=True)
-    theirs.write_bytes(b"\x7fELF someone else's")
-    (theirs.parent.parent / f"{'c' * 24}.json").write_text(json.dumps({"artifact": "ext.so",
-                                                                     "sha256": sha256_file(str(theirs))}))
-    copy = tmp_path / "scratch" / "builds" / ("e" * 24) / "ext.so"
-    copy.parent.mkdir(parents=True)
-    copy.write_bytes(theirs.read_bytes())
-    libs = proof.mapped_libraries(work_dir, root, "scope0", set(), _maps(str(copy)))
-    assert libs.foreign == {str(copy)} and not libs.ours
+def test_spot_check_noise_is_undone_where_the_candidate_kept_it(monkeypatch):
+    """A result the candidate keeps across calls (a lazily computed weight) holds the kernel's
+    values again once the spot-checked call's outputs were taken."""
+    monkeypatch.setattr(work, "_urandom", lambda n: b"\x00")
+    spot = work.SpotCheck()
+    x = torch.randn(4, 5)
+    kept = spot.call("k", torch.relu, (x,), {})
+    assert spot.perturbed == ["k"] and not torch.equal(kept, torch.relu(x))
+    spot.restore()
+    assert torch.equal(kept, torch.relu(x)) and spot.replaced == []
