@@ -359,6 +359,9 @@ class EvalResult(Versioned):
     # the timing loop; None when custom code never ran in every trial.
     custom_share: Optional[float] = None
     copy_only_calls: list[str] = Field(default_factory=list)  # custom entry points that only copied or filled
+    # Share of the custom calls' time spent in ATen compute they dispatched themselves (a C++ function
+    # calling at::addmm); above judge.LIBRARY_LIMIT the verdict is no_custom_kernel. None: not measured.
+    library_share: Optional[float] = None
     builds: list[dict[str, Any]] = Field(default_factory=list)  # each load_inline/load call: name, seconds, ok
     findings: list[Finding] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)  # for review: e.g. speedup_above_10x

@@ -35,13 +35,24 @@ import torch.utils.cpp_extension as cpp_extension
 log = logging.getLogger(__name__)
 
 
+class PassThrough:
+    """The probe of an ordinary call: runs it. Every custom call goes through a probe, whatever the
+    call's stage, so that a probe's presence says nothing about the call."""
+
+    def call(self, key: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        return fn(*args, **kwargs)
+
+
+PASS_THROUGH = PassThrough()
+
+
 class CallCounter:
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
         self.builds: list[dict[str, Any]] = []  # one per load_inline/load call
         self.triton_kernels: set[str] = set()
-        # While the worker checks the work done (work.py), every custom call goes through this.
-        self.probe: Optional[Any] = None
+        # Every custom call goes through this (work.py's probes while the judge checks the work).
+        self.probe: Any = PASS_THROUGH
 
     def total(self) -> int:
         return sum(self.calls.values())
@@ -76,8 +87,7 @@ class _CountingModule:
 
 def _counted(fn: Callable[..., Any], key: str, counter: CallCounter) -> Callable[..., Any]:
     def counted(*args: Any, **kwargs: Any) -> Any:
-        probe = counter.probe
-        result = fn(*args, **kwargs) if probe is None else probe.call(key, fn, args, kwargs)
+        result = counter.probe.call(key, fn, args, kwargs)
         counter.calls[key] += 1
         return result
 
@@ -113,9 +123,15 @@ def install(counter: CallCounter, place: Optional[BuildPlace] = None,
                     module = _keyed_build(real, signature, place, args, kwargs, record)
                 else:
                     module = real(*args, **kwargs)
+            except BaseException as e:
+                # kept even when the candidate catches it: a compile-only verdict reads it
+                record["error_type"] = type(e).__name__
+                record["error"] = _failure_text(e)
+                raise
             finally:
                 record["seconds"] = round(time.monotonic() - started, 3)
             record["ok"] = True
+            record["products"] = build_products(module)
             if module is None:  # is_python_module=False: ops were registered with the dispatcher
                 return None
             return _CountingModule(module, str(name), counter)
@@ -127,6 +143,26 @@ def install(counter: CallCounter, place: Optional[BuildPlace] = None,
     cpp_extension.load_inline = make(real_inline, "load_inline")  # type: ignore[assignment]
     cpp_extension.load = make(real_load, "load")  # type: ignore[assignment]
     _install_triton(counter)
+
+
+def _failure_text(e: BaseException) -> str:
+    """A failed build's error as the taxonomy needs it: its relevant lines, the compiler's included."""
+    from kernelwright.evaluate.taxonomy import first_relevant_lines
+
+    log = str(getattr(e, "log", "") or "")
+    return first_relevant_lines(f"{type(e).__name__}: {e}\n{log}", max_lines=30)[:8000]
+
+
+def build_products(module: Any) -> list[str]:
+    """The files a build produced, as the loader saw them: the objects of a compile-only build, the
+    library an extension module or a dispatcher-operator library was loaded from."""
+    objects = getattr(module, "__dict__", {}).get("__objects__") if module is not None else None
+    if isinstance(objects, list):
+        return [str(o) for o in objects]
+    if isinstance(module, str):  # is_python_module=False: the library's path
+        return [module]
+    path = getattr(module, "__file__", None)
+    return [str(path)] if isinstance(path, str) else []
 
 
 def _keyed_build(real: Callable[..., Any], signature: inspect.Signature, place: BuildPlace,
@@ -142,6 +178,7 @@ def _keyed_build(real: Callable[..., Any], signature: inspect.Signature, place: 
     key = buildcache.build_key(dict(bound.arguments), os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
                                buildcache.torch_version() or torch.__version__)
     name = str(bound.arguments.get("name"))
+    record["key"] = key
     python_module = bound.arguments.get("is_python_module", True)
     # a standalone build is an executable, not a library to load: always built here
     if place.cache_root and not bound.arguments.get("is_standalone", False):
@@ -192,11 +229,9 @@ def _install_triton(counter: CallCounter) -> None:
             if kwargs.get("warmup", False):
                 return _real(self, *args, **kwargs)
             name = getattr(getattr(self, "fn", None), "__name__", None) or getattr(self, "__name__", "triton")
-            key, probe = f"triton.{name}", counter.probe
-            if probe is None:
-                result = _real(self, *args, **kwargs)
-            else:  # a launch writes its tensor arguments: the probe sees them change
-                result = probe.call(key, lambda *a, **k: _real(self, *a, **k), args, kwargs)
+            key = f"triton.{name}"
+            # a launch writes its tensor arguments: a probe sees them change
+            result = counter.probe.call(key, lambda *a, **k: _real(self, *a, **k), args, kwargs)
             counter.calls[key] += 1
             return result
 

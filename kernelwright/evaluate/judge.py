@@ -39,6 +39,7 @@ from typing import Any, Optional  # noqa: E402
 
 from kernelwright.evaluate.candidate_load import (  # noqa: E402
     Finish, become_subreaper, end_process, reference_failed, reference_raised)
+from kernelwright.evaluate import proof  # noqa: E402
 from kernelwright.evaluate.channel import Channel  # noqa: E402
 from kernelwright.evaluate.remote import RemoteRunner  # noqa: E402
 from kernelwright.records import BuildJob, EvalJob, parse_job  # noqa: E402
@@ -59,6 +60,7 @@ class Judge:
         self.current = "start-up"
         # the reference cast to float64 for _exact, at its first use; False: it does not run so
         self.exact_model: Any = None
+        self.libs: Any = None  # proof.Libraries seen mapped in the candidate's process
 
     def stage(self, name: str) -> Any:
         self.current = name
@@ -100,11 +102,18 @@ class Judge:
               perturb: Optional[list[str]] = None) -> tuple[list[Any], Any]:
         from kernelwright.evaluate.remote import Refused
 
-        try:
-            staged = self._ask(self.cand.stage, inputs, like)
-            return self._ask(self.cand.run, staged, "main", probe, perturb)
-        except Refused as e:
-            raise self._claim(e.reply) from None
+        for _ in range(SPOT_RETRIES):
+            try:
+                staged = self._ask(self.cand.stage, inputs, like)
+                out, reply = self._ask(self.cand.run, staged, "main", probe, perturb)
+            except Refused as e:
+                if not e.reply.perturbed:
+                    raise self._claim(e.reply) from None
+                continue  # failed on a spot check's noise: it depended on it; ask again
+            if not reply.perturbed:
+                return out, reply
+            self._spotted(like, out, inputs, reply.perturbed)  # then ask again for an answer to judge
+        raise Finish("runtime_error", f"{SPOT_RETRIES} calls in a row reported spot-checked custom outputs")
 
     def _checks(self) -> None:
         """After a stage: nothing of the candidate's tree at work since its last reply (the kernel's
@@ -173,6 +182,7 @@ class Judge:
         kernelbench = job.compat == "kernelbench"
         if kernelbench:
             self.fields["compat"] = "kernelbench"
+        self._watch_maps()
         with self.stage("compile"):
             reply = self._ask(self.cand.load, Import(
                 source=job.candidate_source, workdir=job.workdir, device=job.device,
@@ -203,6 +213,7 @@ class Judge:
         with self.stage("correctness"), self.device_lock.DeviceLock(device, shared=True):
             self._correctness()
         self._checks()
+        self._libraries()
 
         if job.time:
             with self.stage("timing"), self.device_lock.DeviceLock(device) as held:
@@ -226,6 +237,7 @@ class Judge:
             with self.stage("work"), self.device_lock.DeviceLock(device, shared=True):
                 self._work()
             self._checks()
+            self._libraries()
         raise Finish("correct" if self.fields["custom_kernel"] else "no_custom_kernel")
 
     def _pin_threads(self) -> None:
@@ -245,6 +257,34 @@ class Judge:
         except Refused as e:
             raise self._claim(e.reply) from None
         self.pinned = threads
+
+    def _watch_maps(self) -> None:
+        """Open the candidate's runner's /proc maps before any candidate code runs (proof.py): the
+        runner answers a request once it is in its namespaces, so it can be found below the
+        process this one started; the descriptor keeps reading its mappings whatever the candidate
+        later does to its own dumpability."""
+        from kernelwright.evaluate.link import Echo
+
+        self._ask(self.cand.request, Echo())
+        leftovers = self.cand.leftovers
+        pid = leftovers.located() if leftovers is not None else self.cand.proc.pid
+        self.cand.maps_fd = proof.open_maps(pid)
+
+    def _libraries(self) -> None:
+        """Credit only for code this evaluation built (proof.py): the libraries the candidate's
+        process has mapped, read from /proc by this process, never the runner's word."""
+        if self.libs is None:
+            self.libs = proof.Libraries()
+        claimed = {str(b.get("key")) for b in self.fields.get("builds") or [] if isinstance(b, dict) and b.get("key")}
+        self.libs.merge(proof.mapped_libraries(self.job.workdir, self.job.builds_root,
+                                               set(self.job.cache_keys) | claimed,
+                                               proof.read_maps(getattr(self.cand, "maps_fd", None))))
+        if not self.fields.get("custom_kernel"):
+            return
+        refused = proof.library_verdict(self.libs, self.fields.get("custom_calls") or {})
+        if refused is not None:
+            self.fields["custom_kernel"] = False
+            raise refused
 
     def _inputs(self, seed: int) -> list[Any]:
         return self.draw.draw_inputs(self.ref_mod.get_inputs, seed, self.device)
@@ -364,10 +404,12 @@ class Judge:
             if not reply.ok:
                 raise reference_failed(reply)
         cfg = timing.TimingConfig(**job.timing.model_dump())
-        cand_served, ref_served = Served(self.cand, self.like), Served(ref, self.like)
+        cand_served = proof.ProvenServed(self.cand, self.like, bool(proof.compiled_keys(self.fields["custom_calls"])),
+                                         self._spotted)
+        ref_served = Served(ref, self.like)
         try:
             pair = self._ask(timing.time_served_pair, cand_served, ref_served, self._draw,
-                             self._output_check(), self.device, cfg, self._bandwidth(),
+                             cand_served.checking(self._output_check()), self.device, cfg, self._bandwidth(),
                              threads=getattr(self, "pinned", None), null=ref_served)
             fields = timing.pair_fields(pair, self.device.type == "cuda")
         except timing.TimedCallRejected as e:
@@ -379,6 +421,15 @@ class Judge:
         self.fields.setdefault("flags", []).extend(fields.pop("flags"))
         self.fields.update(fields)
         return cfg, pair.candidate
+
+    def _spotted(self, out_r: Any, out_c: Any, inputs: list[Any], keys: list[str]) -> None:
+        """A call whose custom outputs the runner's spot check replaced by noise (work.SpotCheck):
+        an output that still matches the reference did not come from the custom code."""
+        if self._compared(out_r, out_c, inputs, -1, self._tol(out_r), record=False).ok:
+            self.fields["custom_kernel"] = False
+            raise Finish("no_custom_kernel", "the output does not depend on the custom code: with the outputs of "
+                         f"{', '.join(keys)} replaced by noise in an unannounced spot check, it still matches "
+                         "the reference")
 
     def _output_check(self, record: bool = True) -> Any:
         """time_served_pair's check of every timed call's outputs: as the trials' are judged."""
@@ -470,6 +521,7 @@ class Judge:
         result = matches(out_r, out_c, 1)
         if not result.ok:
             raise Finish("wrong_output", "wrong on fresh inputs in the work check: " + result.message)
+        self._library(timed, seen)
         self.fields["copy_only_calls"] = sorted(set(seen.seen) - set(seen.work))
         if not seen.work:
             self.fields["custom_kernel"] = False
@@ -485,6 +537,31 @@ class Judge:
             self.fields["custom_kernel"] = False
             raise Finish("no_custom_kernel", "the output does not depend on the custom code: with the outputs of "
                          f"{', '.join(sorted(seen.work))} replaced by noise, it still matches the reference")
+
+    def _library(self, timed: Any, seen: Any) -> None:
+        """A custom call whose compute is ATen's (at::addmm, torch::conv2d, at::softmax dispatched
+        from C++) is the library's work, not a kernel: where every entry point that did work returned
+        what an ATen compute operator inside it returned, or where the ATen compute time inside custom
+        calls (one forward) is most of the custom calls' own time (another, without the dispatch mode)."""
+        custom = timed.custom_seconds or 0.0
+        share = min(1.0, (seen.library_seconds or 0.0) / custom) if custom > 0.0 else None
+        self.fields["library_share"] = round(share, 4) if share is not None else None
+        ops = ", ".join(f"{op} x{n}" for op, n in sorted(seen.library_ops.items()))
+        if seen.work and set(seen.work) <= set(seen.library_made):
+            self.fields["custom_kernel"] = False
+            raise Finish("no_custom_kernel", f"the custom code's compute is ATen's: what its calls returned came out "
+                         f"of {ops}, dispatched from inside them")
+        if share is not None and share > LIBRARY_LIMIT and seen.library_ops:
+            self.fields["custom_kernel"] = False
+            raise Finish("no_custom_kernel", f"the custom code's compute is ATen's: {ops}, dispatched from inside "
+                         f"custom calls, took {100 * share:.0f}% of their time")
+
+
+# Above this share of the custom calls' time in ATen compute they dispatch, the work is the library's.
+LIBRARY_LIMIT = 0.5
+# A judged call asked again while the runner's spot check perturbs it (1 in 16 each): 8 in a row
+# happen once in 4e9 honest calls.
+SPOT_RETRIES = 8
 
 
 def _not_dumpable() -> None:

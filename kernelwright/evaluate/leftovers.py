@@ -78,6 +78,7 @@ class Leftovers:
         """The namespace's init (PID 1) and the runner (PID 2) below the stand-in; where the runner
         could not be isolated, the root is the runner."""
         depth = len(_ns_pids(self.root))
+        self.init = self.runner = None  # found afresh: an earlier pass may have come before the namespace
         for pid in confine.descendants(self.root):
             ns = _ns_pids(pid)
             if len(ns) > depth and ns[-1] == 1:
@@ -90,10 +91,17 @@ class Leftovers:
 
     def others(self) -> list[int]:
         """Processes below the root still running, other than the init and the runner."""
-        if self.runner is None:
+        if not self.isolated:
             self._locate()
         mine = {self.root, self.init, self.runner}
         return [p for p in confine.descendants(self.root) if p not in mine and confine.alive(p)]
+
+    def located(self) -> int:
+        """The runner's PID in the box (the root where it could not be isolated)."""
+        if not self.isolated:
+            self._locate()
+        assert self.runner is not None
+        return self.runner
 
     def _cpu(self, others: list[int]) -> dict[int, int]:
         out: dict[int, int] = {}

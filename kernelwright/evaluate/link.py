@@ -97,8 +97,8 @@ class Compile(BaseModel):
 
 
 class Echo(BaseModel):
-    """Answer at once, running nothing: the timing protocol's null call (timing.time_served_pair),
-    sent to the reference's runner only."""
+    """Answer at once, running nothing: the timing protocol's null call (timing.time_served_pair)
+    to the reference's runner, and the candidate's first request (its runner is then in place)."""
 
     op: Literal["echo"] = "echo"
 
@@ -139,6 +139,11 @@ class Reply(BaseModel):
     custom_seconds: Optional[float] = None
     seen: list[str] = Field(default_factory=list)
     work: list[str] = Field(default_factory=list)
+    # custom entry points whose returned tensors this call's spot check replaced by noise (work.SpotCheck)
+    perturbed: list[str] = Field(default_factory=list)
+    library_seconds: Optional[float] = None  # ATen compute dispatched inside custom calls (work.LibraryOps)
+    library_ops: dict[str, int] = Field(default_factory=dict)
+    library_made: list[str] = Field(default_factory=list)  # entry points whose results ATen operators returned
     reasons: list[str] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)
 

@@ -83,6 +83,7 @@ class RemoteRunner:
         # the thread count it keeps for every call, set before its first: a change of it would
         # tell the runner that timing begins or ends
         self.pinned_threads: Optional[int] = None
+        self.maps_fd: Optional[int] = None  # its /proc maps, opened by the judge (proof.open_maps)
 
     @classmethod
     def spawn(cls, name: str) -> "RemoteRunner":
@@ -161,6 +162,9 @@ class RemoteRunner:
         except subprocess.TimeoutExpired:
             pass
         self.sock.close()
+        if self.maps_fd is not None:
+            os.close(self.maps_fd)
+            self.maps_fd = None
         if self.arena is not None:
             self.arena.close()
 

@@ -56,6 +56,7 @@ class Runner:
         self.role = "candidate"
         self.device = torch.device("cpu")
         self.threads0 = torch.get_num_threads()
+        self.spot: Optional[Any] = None
 
     def serve(self) -> None:
         """The request loop. What it needs (receiving, decoding, the handler of each request, encoding,
@@ -113,14 +114,16 @@ class Runner:
             self.guard = instrument.TamperGuard()  # checked in every call, as the candidate's: the same cost
             return Reply(ok=True, versions=versions)
         counter = self.counter = instrument.CallCounter()
+        counter.probe = self.spot = work.SpotCheck()  # every ordinary call's custom calls go through it
         place = instrument.BuildPlace(scratch=req.workdir, cache_root=req.builds_root)
         instrument.install(counter, place, candidate_load.build_fn(req.compile_only, req.prebuild))
         self.guard = instrument.TamperGuard()
         ops_before = instrument.dispatcher_ops()
         fields: dict[str, Any] = {}
+        roots = (os.path.join(req.workdir, "builds"), req.builds_root or "")  # where builds land
         try:
             self.module = candidate_load.import_candidate(req.source, req.workdir, counter, req.compile_only, fields,
-                                                          preamble=req.preamble)
+                                                          preamble=req.preamble, roots=roots)
         except candidate_load.Finish as f:
             return Reply(ok=False, kind="error", verdict=f.verdict, error=f.error, builds=counter.builds)
         except SystemExit as e:
@@ -128,11 +131,8 @@ class Runner:
                          builds=counter.builds)
         self.new_ops = instrument.dispatcher_ops() - ops_before
         if req.compile_only:
-            if counter.builds or candidate_load.defines_triton_kernel(self.module):
-                # Triton kernels compile at first launch: defined is all we can check
-                return Reply(ok=False, kind="error", verdict="compiled", builds=counter.builds)
-            return Reply(ok=False, kind="error", verdict="no_custom_kernel", builds=counter.builds,
-                         error="compile-only: the candidate builds no extension and defines no Triton kernel")
+            verdict, error = candidate_load.compile_only_verdict(self.module, counter.builds, roots)
+            return Reply(ok=False, kind="error", verdict=verdict, error=error, builds=counter.builds)
         return Reply(ok=True, builds=counter.builds, versions=versions)
 
     def do_echo(self, req: Any, fds: list[int]) -> Any:
@@ -212,67 +212,83 @@ class Runner:
         from kernelwright.measure import compare
         from kernelwright.measure.compare import flatten
 
-        torch = self.torch
-        model = self.models[req.model]
-        args = [self.arena.view(a.tensor) if a.tensor is not None else a.value for a in req.args]
-        counter = self.counter
-        before = counter.snapshot() if counter is not None else {}
-        probe: Any = None
-        if req.probe == "time":
-            probe = work.TimeProbe(self._sync)
-        elif req.probe == "inspect":
-            probe = work.InspectProbe()
-        elif req.probe == "perturb":
-            probe = work.PerturbProbe(set(req.perturb))
-        probing = work.probing(counter, probe, self.new_ops) if probe is not None else nullcontext()
-        if req.probe == "count_ops" and self.new_ops and self.guard is not None and not self.guard.changed():
-            # The profiler's first session imports torch._dynamo, which wraps torch.manual_seed:
-            # make that import ours, and take the tamper guard's snapshot again.
-            import torch._dynamo  # noqa: F401
-
-            self.guard.rebase()
-        start = time.perf_counter()
         try:
-            with torch.no_grad(), probing:
-                if req.probe == "count_ops":
-                    return Reply(ok=True, calls=instrument.count_new_op_calls(self.new_ops, lambda: model(*args)))
-                out = model(*args)
-            # a claim against the candidate (outputs written after forward returned), so its own
-            # process may check it; in every call, the reference's runner's too, so that no call
-            # differs from another by it (a timed one from a checked one) and both sides pay it
-            if self.device.type == "cuda" and compare.unjoined(out, self.device, self._sync):
-                return Reply(ok=False, kind="error", verdict="cheat", error=compare.UNJOINED)
+            torch = self.torch
+            model = self.models[req.model]
+            args = [self.arena.view(a.tensor) if a.tensor is not None else a.value for a in req.args]
+            counter = self.counter
+            before = counter.snapshot() if counter is not None else {}
+            if self.spot is not None:
+                self.spot.perturbed, self.spot.replaced = [], []
+            probe: Any = None
+            if req.probe == "time":
+                probe = work.TimeProbe(self._sync)
+            elif req.probe == "inspect":
+                probe = work.InspectProbe(self._sync)
+            elif req.probe == "perturb":
+                probe = work.PerturbProbe(set(req.perturb))
+            probing = work.probing(counter, probe, self.new_ops) if probe is not None else nullcontext()
+            if req.probe != "none" and self.guard is not None and not self.guard.changed():
+                # The profiler's first session and the first dispatch mode (the probes' router, the
+                # inspect probe's work.LibraryOps) import torch._dynamo, which wraps torch.manual_seed:
+                # make that import ours, and take the tamper guard's snapshot again.
+                import torch._dynamo  # noqa: F401
+
+                self.guard.rebase()
+            start = time.perf_counter()
+            try:
+                with torch.no_grad(), probing:
+                    if req.probe == "count_ops":
+                        return Reply(ok=True, calls=instrument.count_new_op_calls(self.new_ops, lambda: model(*args)))
+                    out = model(*args)
+                # a claim against the candidate (outputs written after forward returned), so its own
+                # process may check it; in every call, the reference's runner's too, so that no call
+                # differs from another by it (a timed one from a checked one) and both sides pay it
+                if self.device.type == "cuda" and compare.unjoined(out, self.device, self._sync):
+                    return Reply(ok=False, kind="error", verdict="cheat", error=compare.UNJOINED)
+                self._sync()
+            except SystemExit as e:
+                return Reply(ok=False, kind="exit", error=f"the candidate called sys.exit({e.code!r})")
+            except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt raised by candidate code too
+                verdict, error = candidate_load.classify_runtime(e)
+                # raising on a spot check's noise is depending on it: the judge asks again
+                return Reply(ok=False, kind="error", verdict=verdict, error=error,
+                             perturbed=sorted(set(self.spot.perturbed)) if self.spot is not None else [])
+            seconds = time.perf_counter() - start
+            calls = {k: v - before.get(k, 0) for k, v in (counter.snapshot() if counter else {}).items()
+                     if v - before.get(k, 0)}
+            extra: dict[str, Any] = {"calls": calls, "seconds": seconds,
+                                     "reasons": list(self.guard.changed()) if self.guard is not None else [],
+                                     "perturbed": sorted(set(self.spot.perturbed)) if self.spot is not None else []}
+            if isinstance(probe, work.TimeProbe):
+                extra["custom_seconds"] = probe.seconds
+            if isinstance(probe, work.InspectProbe):
+                extra["seen"], extra["work"] = sorted(probe.seen), sorted(probe.work)
+                extra["library_seconds"], extra["library_ops"] = probe.library.seconds, probe.library.ops
+                extra["library_made"] = sorted(probe.library_made)
+            items = flatten(out)
+            subclass = [(i, type(t).__name__) for i, t in enumerate(items)
+                        if isinstance(t, torch.Tensor) and type(t) is not torch.Tensor]
+            if subclass:
+                i, name = subclass[0]
+                return Reply(ok=False, kind="subclass", error=f"output {i} is a {name}, a torch.Tensor subclass",
+                             **extra)
+            if not self._fits(items, req.outputs):
+                return Reply(ok=False, kind="spec", spec=[self._spec(x) for x in items], **extra)
+            values = []
+            for item, ref in zip(items, req.outputs):
+                if ref is None:
+                    values.append(_jsonable(item))
+                else:
+                    self.arena.view(ref).copy_(item)
             self._sync()
-        except SystemExit as e:
-            return Reply(ok=False, kind="exit", error=f"the candidate called sys.exit({e.code!r})")
-        except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt raised by candidate code too
-            verdict, error = candidate_load.classify_runtime(e)
-            return Reply(ok=False, kind="error", verdict=verdict, error=error)
-        seconds = time.perf_counter() - start
-        calls = {k: v - before.get(k, 0) for k, v in (counter.snapshot() if counter else {}).items()
-                 if v - before.get(k, 0)}
-        extra: dict[str, Any] = {"calls": calls, "seconds": seconds,
-                                 "reasons": list(self.guard.changed()) if self.guard is not None else []}
-        if isinstance(probe, work.TimeProbe):
-            extra["custom_seconds"] = probe.seconds
-        if isinstance(probe, work.InspectProbe):
-            extra["seen"], extra["work"] = sorted(probe.seen), sorted(probe.work)
-        items = flatten(out)
-        subclass = [(i, type(t).__name__) for i, t in enumerate(items)
-                    if isinstance(t, torch.Tensor) and type(t) is not torch.Tensor]
-        if subclass:
-            i, name = subclass[0]
-            return Reply(ok=False, kind="subclass", error=f"output {i} is a {name}, a torch.Tensor subclass", **extra)
-        if not self._fits(items, req.outputs):
-            return Reply(ok=False, kind="spec", spec=[self._spec(x) for x in items], **extra)
-        values = []
-        for item, ref in zip(items, req.outputs):
-            if ref is None:
-                values.append(_jsonable(item))
-            else:
-                self.arena.view(ref).copy_(item)
-        self._sync()
-        return Reply(ok=True, values=values, **extra)
+            return Reply(ok=True, values=values, **extra)
+        finally:
+            if self.spot is not None and self.spot.replaced:
+                # the outputs are in the arena (or the call failed): undo the spot check's noise
+                # wherever the candidate kept it
+                self.spot.restore()
+                self._sync()
 
     def _fits(self, items: list[Any], refs: list[Any]) -> bool:
         from kernelwright.evaluate.arena import dtype_name
@@ -399,6 +415,10 @@ def _apart(isolate: bool) -> None:
 
     if isolate:
         isolation.enter_own_namespaces()
+        # dumpable (a forked runner inherits the judge's non-dumpable state): the judge opens its
+        # /proc maps before the candidate's import (proof.py); the judge and the reference's
+        # runner stay non-dumpable, and the namespaces keep the candidate from naming them
+        ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
     else:
         isolation.drop_capabilities()
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE

@@ -72,6 +72,9 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          "eval/exec/compile/__import__; globals() or os.environ writes; file writes; __torch_function__ hooks"),
     Rule("concurrency", STRICT, "imports threading/_thread/multiprocessing/subprocess/concurrent/asyncio/signal/"
          "socket; os.fork/system/popen/spawn*/exec*/kill/_exit, sys.exit, exit(), quit(), raise SystemExit"),
+    Rule("library_call_in_kernel", STRICT, "kernel source calls a compute library the dispatcher does not see "
+         "(cuBLAS, cuBLASLt, cuDNN, cuSPARSE, cuFFT, MKL, CBLAS, oneDNN, at::native::/at::cpu::/at::cuda:: compute, "
+         "at::cuda::blas::): its work could not be measured, so it is not credited as a kernel"),
     Rule("unanalyzable", STRICT, "the checker could not analyze the source at all; it fails closed"),
     Rule("stream_use", WARNING, "creates or switches CUDA streams or graphs (Python or C++ source)"),
     Rule("state_in_forward", WARNING, "forward (or what it calls) writes self.<attr>, globals or module-level "
@@ -79,6 +82,8 @@ RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("no_custom_code", WARNING, "no load_inline/load from torch.utils.cpp_extension and no @triton.jit"),
     Rule("torch_compute_in_forward", WARNING, "forward runs heavy PyTorch ops (matmul, conv, softmax, norms, "
          "pooling, @, nn modules held in self)"),
+    Rule("library_compute_in_kernel", WARNING, "kernel source calls ATen compute (at::addmm, torch::conv2d, "
+         "at::softmax, .matmul(...)): the work stage measures its share of the custom calls' time"),
     Rule("guarded_build", WARNING, "a load_inline/load build inside try/except that swallows the failure"),
     Rule("uninitialized_output", WARNING, "forward returns torch.empty*/new_empty memory never handed to a call"),
     Rule("timing_keywords", WARNING, "mentions perf_counter, Event, elapsed_time, synchronize or other clocks, "
@@ -130,6 +135,12 @@ _HEAVY_OP = re.compile(r"^(matmul|mm|bmm|addmm|addbmm|baddbmm|addmv|mv|einsum|te
                        r"lstm|gru|rnn_\w+|cumsum|cumprod|sort|argsort|topk|cdist|r?fft\w*)$")
 _HEAVY_MODULE = re.compile(r"^(Linear|LazyLinear|Bilinear|\w*Conv\w*|\w*Norm\w*|MultiheadAttention|RNN|LSTM|GRU|"
                            r"Transformer\w*|Softmax|LogSoftmax|\w*Pool\w*|Embedding\w*|Upsample\w*|Sequential|Model)$")
+_HEAVY_NAMES = _HEAVY_OP.pattern[1:-1]  # the alternatives, unanchored, for C++ sources
+# Library compute in a kernel's C++/CUDA source. Through the dispatcher (measured by the work stage):
+_CPP_ATEN_COMPUTE = re.compile(rf"\b(?:at|torch)::{_HEAVY_NAMES}\s*\(|\.(?:matmul|mm|bmm|addmm|softmax|conv2d)\s*\(")
+# Around it (invisible to the dispatcher, so never measured):
+_CPP_LIBRARY_CALL = re.compile(rf"\b(?:cublas|cublasLt|cudnn|cusparse|cufft|cblas_|mkl_|dnnl_)\w*\s*\(|"
+                               rf"\bat::(?:native|cpu|cuda)::{_HEAVY_NAMES}\s*\(|\bat::cuda::blas::\w+")
 _TIMING_NAMES = {"perf_counter", "perf_counter_ns", "elapsed_time", "synchronize", "Event", "monotonic",
                  "monotonic_ns", "process_time", "process_time_ns", "thread_time", "thread_time_ns", "time_ns"}
 _SYNC_CALLS = ("torch.cuda.synchronize", "torch.accelerator.synchronize")
@@ -293,6 +304,16 @@ def _torch_compute_in_forward(ctx: Context) -> Iterator[Hit]:
                 yield getattr(node, "lineno", None), f"{func.name}() computes with {what} in PyTorch"
 
 
+def _library_call_in_kernel(ctx: Context) -> Iterator[Hit]:
+    for line, text in string_hits(ctx.nodes, _CPP_LIBRARY_CALL):
+        yield line, f"kernel source calls {text.rstrip('( ')}"
+
+
+def _library_compute_in_kernel(ctx: Context) -> Iterator[Hit]:
+    for line, text in string_hits(ctx.nodes, _CPP_ATEN_COMPUTE):
+        yield line, f"kernel source computes with {text.rstrip('( ')}"
+
+
 def _guarded_build(ctx: Context) -> Iterator[Hit]:
     for node in ctx.nodes:
         if isinstance(node, TRY_TYPES) and node.handlers and not all(reraises(h) for h in node.handlers) and any(
@@ -349,6 +370,8 @@ _CHECKS: dict[str, Callable[[Context], Iterator[Hit]]] = {
     "state_in_forward": _state_in_forward,
     "no_custom_code": _no_custom_code,
     "torch_compute_in_forward": _torch_compute_in_forward,
+    "library_call_in_kernel": _library_call_in_kernel,
+    "library_compute_in_kernel": _library_compute_in_kernel,
     "guarded_build": _guarded_build,
     "uninitialized_output": _uninitialized_output,
     "timing_keywords": _timing_keywords,

@@ -26,6 +26,7 @@ candidate's folder.
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 import types
@@ -108,6 +109,63 @@ class Probe:
         return fn(*args, **kwargs)
 
 
+_urandom = os.urandom  # captured before any candidate code runs
+
+
+def _spot_rate() -> int:
+    """How many times in 256 a spot check perturbs a custom call: 16, or KERNELWRIGHT_SPOT_IN_256
+    (1-128; tests raise it so that a short timing loop is sure to be spot-checked). Read when the
+    runner starts, before any candidate code."""
+    try:
+        return max(1, min(128, int(os.environ.get("KERNELWRIGHT_SPOT_IN_256", "16"))))
+    except ValueError:
+        return 16
+
+
+SPOT_IN_256 = _spot_rate()
+
+
+class SpotCheck(Probe):
+    """The probe of every ordinary call (trials, timed calls, re-check): after a custom call has
+    returned, the OS's randomness decides, 1 time in 16, to replace the tensors it returned with
+    noise (as PerturbProbe does), and says so in the call's reply (`perturbed`). Nothing exists
+    before the call returns that could tell a candidate which calls will be perturbed; once it
+    knows, its forward depended on the kernel (the output moves) or did not (it still matches the
+    reference: not credited), and a claim about it either way can only lose (judge.py)."""
+
+    def __init__(self) -> None:
+        self.perturbed: list[str] = []
+        self.noise = PerturbProbe(set())
+        # (noise handed to the candidate, what the call really returned): `restore` writes the
+        # latter into the former once the call's outputs are taken, so that a result the candidate
+        # keeps (a lazily computed weight, a cache) holds the kernel's values in later calls
+        self.replaced: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def call(self, key: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        result = fn(*args, **kwargs)
+        returned = tensors_in(result)
+        if not returned or _urandom(1)[0] >= SPOT_IN_256:
+            return result
+        # A tensor returned that is (a view of) an argument, an output argument written in place
+        # say, could only be scrambled in place, where it may be an input or a parameter: such
+        # calls are left to the work stage's probes, which know what a call wrote.
+        arguments = {_storage(t) for t in tensors_in((args, kwargs))}
+        if any(_storage(t) in arguments for t in returned):
+            return result
+        self.perturbed.append(key)
+        scrambled = self.noise.scramble_result(result, [])
+        self.replaced += [(n, t) for n, t in zip(tensors_in(scrambled), returned) if n is not t]
+        return scrambled
+
+    def restore(self) -> None:
+        """After the call's outputs were taken: every noise tensor holds what its call returned."""
+        with torch.no_grad():
+            for noise, real in self.replaced:
+                if noise.shape == real.shape and noise.dtype == real.dtype:
+                    noise.copy_(real)
+        self.replaced = []
+
+
 class TimeProbe(Probe):
     def __init__(self, sync: Callable[[], None]):
         self.sync, self.seconds = sync, 0.0
@@ -122,16 +180,72 @@ class TimeProbe(Probe):
             self.seconds += _perf_counter() - start
 
 
-class InspectProbe(Probe):
-    """Which entry points computed something (`work`), of all those called (`seen`)."""
+# ATen operators that allocate, view, copy, fill or read metadata: what a kernel's C++ wrapper does
+# around its own loop. Every other aten:: operator dispatched inside a custom call is library compute.
+_NOT_COMPUTE = frozenset("""
+    empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like ones ones_like full full_like
+    new_zeros new_ones new_full fill_ zero_ copy_ clone contiguous _to_copy to view _unsafe_view reshape
+    _reshape_alias as_strided expand expand_as permute transpose t squeeze unsqueeze select slice narrow
+    detach alias resize_ set_ lift_fresh unbind split chunk flatten size stride sym_size sym_stride
+    is_contiguous item _local_scalar_dense arange numel dim is_same_size record_stream
+""".split())
 
-    def __init__(self) -> None:
+
+class LibraryOps(TorchDispatchMode):
+    """Inside one custom call: the ATen compute operators it dispatched (C++ `at::addmm`,
+    `torch::conv2d`... reach the dispatcher, and so this mode, like a Python caller's) and the
+    synchronized time they took."""
+
+    def __init__(self, sync: Callable[[], None]):
+        super().__init__()
+        self.sync, self.seconds = sync, 0.0
+        self.ops: dict[str, int] = {}
+        # the storages compute operators returned, held (so that no address is reused meanwhile)
+        # until `made_by_library` asks about a call's results
+        self.produced: list[Any] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        name = func.name()  # "aten::addmm.out"
+        namespace, _, rest = name.partition("::")
+        if namespace != "aten" or rest.split(".")[0] in _NOT_COMPUTE:
+            return func(*args, **(kwargs or {}))
+        self.sync()
+        start = _perf_counter()
+        try:
+            out = func(*args, **(kwargs or {}))
+        finally:
+            self.sync()
+            self.seconds += _perf_counter() - start
+            op = f"aten::{rest.split('.')[0]}"
+            self.ops[op] = self.ops.get(op, 0) + 1
+        self.produced += [t.untyped_storage() for t in tensors_in(out)]
+        return out
+
+    def made_by_library(self, result: Any) -> bool:
+        """Every tensor `result` holds is one a compute operator returned during the call (its
+        `.out` variants' outputs included): the call's answer is ATen's. Forgets the call."""
+        made = {_storage_of(s) for s in self.produced}
+        self.produced = []
+        returned = tensors_in(result)
+        return bool(returned) and all(_storage(t) in made for t in returned)
+
+
+class InspectProbe(Probe):
+    """Which entry points computed something (`work`), of all those called (`seen`), and the ATen
+    compute they dispatched from inside (`library`: its time in `library_seconds`)."""
+
+    def __init__(self, sync: Callable[[], None] = lambda: None) -> None:
         self.seen: set[str] = set()
         self.work: set[str] = set()
+        self.library = LibraryOps(sync)
+        self.library_made: set[str] = set()  # entry points whose every result an ATen operator returned
 
     def call(self, key: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         inputs, before = _snapshot(args, kwargs)
-        result = fn(*args, **kwargs)
+        with self.library:
+            result = fn(*args, **kwargs)
+        if self.library.made_by_library(result):
+            self.library_made.add(key)
         self.seen.add(key)
         written = [t for t, b in zip(inputs, before) if _changed(t, b) is not None]
         outputs = tensors_in(result) + written
@@ -178,9 +292,9 @@ class PerturbProbe(Probe):
                 if mask is not None:
                     t.copy_(torch.where(mask, self._noise(t), t))
                     written.append(t)
-        return self._scramble_result(result, written)
+        return self.scramble_result(result, written)
 
-    def _scramble_result(self, result: Any, written: list[torch.Tensor]) -> Any:
+    def scramble_result(self, result: Any, written: list[torch.Tensor]) -> Any:
         if isinstance(result, torch.Tensor):
             storage = _storage(result)
             if storage is not None and any(_storage(w) == storage for w in written):
@@ -188,7 +302,7 @@ class PerturbProbe(Probe):
             with torch.no_grad():
                 return self._noise(result)
         if isinstance(result, (tuple, list)):
-            items = [self._scramble_result(x, written) for x in result]
+            items = [self.scramble_result(x, written) for x in result]
             return type(result)(items) if isinstance(result, list) else tuple(items)
         if isinstance(result, float):
             return -3.0 * result + 1.0
@@ -213,6 +327,13 @@ class PerturbProbe(Probe):
         limit = torch.finfo(real.dtype).max
         noise = noise.clamp(-limit, limit).to(real.dtype)
         return torch.view_as_complex(noise) if t.is_complex() else noise
+
+
+def _storage_of(storage: Any) -> Optional[int]:
+    try:
+        return storage.data_ptr()
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _storage(t: torch.Tensor) -> Optional[int]:
@@ -241,7 +362,7 @@ class _OpRouter(TorchDispatchMode):
 def probing(counter: Any, probe: Probe, new_ops: set[str]) -> Iterator[None]:
     """Route every custom call (wrapped extension functions, Triton launches, new dispatcher
     operators) through `probe` for the duration."""
-    counter.probe = probe
+    before, counter.probe = counter.probe, probe
     try:
         if new_ops:
             with _OpRouter(new_ops, probe):
@@ -249,4 +370,4 @@ def probing(counter: Any, probe: Probe, new_ops: set[str]) -> Iterator[None]:
         else:
             yield
     finally:
-        counter.probe = None
+        counter.probe = before

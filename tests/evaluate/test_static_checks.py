@@ -160,13 +160,30 @@ def model(forward_body: str, init_body: str = "pass", extra: str = "") -> str:
 
 def test_rule_table_names_and_severities() -> None:
     strict = {"missing_modelnew", "inherits_reference", "fallback_in_except", "monkeypatch", "evaluator_access",
-              "concurrency"}
+              "concurrency", "library_call_in_kernel"}
     warning = {"stream_use", "state_in_forward", "no_custom_code", "torch_compute_in_forward", "guarded_build",
-               "uninitialized_output", "timing_keywords"}
+               "uninitialized_output", "timing_keywords", "library_compute_in_kernel"}
     assert strict <= set(RULES) and warning <= set(RULES)
     for name, rule in RULES.items():
         assert rule.name == name and rule.description
         assert rule.severity == ("strict" if name in strict | {"unanalyzable"} else "warning")
+
+
+def test_library_calls_in_kernel_sources() -> None:
+    def rules(cpp: str) -> set[str]:
+        return {f.rule for f in check_source(f'SRC = r"""{cpp}"""\nclass ModelNew:\n    pass\n')}
+
+    # the dispatcher cannot see these: refused
+    for call in ("cublasSgemm(handle, a, b);", "cudnnConvolutionForward(h);", "at::native::addmm(b, x, w);",
+                 "at::cpu::softmax(x, 1, false);", "at::cuda::blas::gemm<float>(a);", "cblas_sgemm(o);"):
+        assert "library_call_in_kernel" in rules(call), call
+    # the dispatcher sees these: the work stage measures them, the rule names them
+    for call in ("return at::addmm(b, x, w);", "torch::conv2d(x, w);", "auto y = x.matmul(w);"):
+        found = rules(call)
+        assert "library_compute_in_kernel" in found and "library_call_in_kernel" not in found, call
+    # a stream, an allocation and a pointwise helper are no library compute
+    plain = rules("auto s = at::cuda::getCurrentCUDAStream(); auto y = torch::empty_like(x); at::relu(x);")
+    assert not plain & {"library_call_in_kernel", "library_compute_in_kernel"}
 
 
 @pytest.mark.parametrize("source", [HONEST_CUDA, HONEST_TRITON, HONEST_CPP], ids=["cuda", "triton", "cpp"])
