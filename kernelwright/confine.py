@@ -321,6 +321,19 @@ def _within_any(path: str, roots: list[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
+_CHECKOUT = str(Path(__file__).resolve().parents[1])
+
+
+def python_paths() -> list[str]:
+    """What a box running this Python and this package reads from the host (real paths): Python's
+    prefixes, the package's folder (not the checkout around it, which may hold task files and
+    tests) and PYTHONPATH's other folders. Bound read-only, nothing in them is the candidate's."""
+    paths = {os.path.join(_CHECKOUT, "kernelwright"), sys.prefix, sys.base_prefix,
+             *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+               if p and os.path.realpath(p) != os.path.realpath(_CHECKOUT))}
+    return sorted(os.path.realpath(p) for p in paths)
+
+
 def view(scratch: str, visible: list[str], scratch_bytes: int, keep_scratch: bool = False) -> list[Mount]:
     """The box's filesystem, in the order it is built (bubblewrap and confine_mounts.py both
     follow it). `visible`: extra read-only paths (Python, the package, the cache copy in the

@@ -370,13 +370,11 @@ def sandbox_hold(cfg: EvalConfig, prebuild: bool = False) -> sandbox.Confine:
     # files and tests), and what the caller put on PYTHONPATH besides; never the build cache (the
     # sandbox copies in the entries a job may load) or the device-lock folder (the judge inherits
     # descriptors of its device's locks: timing must exclude other processes' work on the device)
-    visible = {os.path.join(_PKG_ROOT, "kernelwright"), sys.prefix, sys.base_prefix,
-               *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                 if p and os.path.realpath(p) != os.path.realpath(_PKG_ROOT))}
+    visible = confine.python_paths()
     # the judge (judge.py) never imports the candidate, which runs in a runner process (runner.py);
     # their shared memory is a memfd on the CPU and a CUDA IPC allocation on a GPU (cuda_arena.py)
     return sandbox.Confine(limits=confine.Limits.for_run(cfg.timeout, cfg.memory_limit_mb, cfg.scratch_mb),
-                           visible=tuple(sorted(os.path.realpath(p) for p in visible)),
+                           visible=tuple(visible),
                            locks=tuple(str(p) for p in device_lock.prepare(cfg.device)),
                            env_scrubbed=True, required=not cfg.unconfined,
                            timed=cfg.time and not cfg.compile_only and not prebuild,

@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
+from kernelwright import confine
 from kernelwright.evaluate.candidate_load import Finish
 from kernelwright.evaluate.remote import Served
 
@@ -144,6 +145,10 @@ def mapped_libraries(workdir: str, builds_root: str, build_keys: Iterable[str], 
     roots = [os.path.realpath(p) for p in (workdir, builds_root) if p]
     keys = set(build_keys)
     open_places = roots + ["/tmp", "/dev/shm", "/var/tmp"]
+    # Python, the package and PYTHONPATH are bound read-only into the box, wherever they live on
+    # the host (a checkout's venv under /tmp, a GPU machine's wheels in /tmp/site): not the
+    # candidate's to place. A folder that holds an open place is not one of them.
+    bound = [p for p in confine.python_paths() if not any(_under(place, p) for place in open_places)]
     for line in maps.splitlines():
         parts = line.split(None, 5)
         if len(parts) < 6 or "x" not in parts[1]:
@@ -157,6 +162,8 @@ def mapped_libraries(workdir: str, builds_root: str, build_keys: Iterable[str], 
         if "/triton/_C/" in path:
             found.triton = True
         if not any(_under(path, place) for place in open_places) or "/.triton/" in path:
+            continue
+        if not any(_under(path, r) for r in roots) and any(_under(path, b) for b in bound):
             continue
         if _our_build(path, workdir, builds_root, keys):
             found.ours.add(path)
