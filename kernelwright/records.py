@@ -43,6 +43,9 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+NOT_JUDGED = "not judged:"  # how a candidate left unjudged by its cell's clock begins its error (the report counts them)
+
+
 class Verdict(str, enum.Enum):
     """One taxonomy of outcomes, shared by the evaluator, the strategies and the report."""
 
@@ -64,8 +67,9 @@ class Verdict(str, enum.Enum):
     NO_CODE = "no_code"
     # Only in --compile-only mode, where nothing runs: the sources built (or compiled to objects).
     COMPILED = "compiled"
-    # Only in the search regime: a sample that passed the region pre-check but was not built,
-    # because a sample more answers agreed on was built first and verified (strategies/search.py).
+    # A sample that passed the region pre-check but was not built, because a sample more answers
+    # agreed on was built first and verified (strategies/search.py); or any candidate whose study
+    # cell's clock ran out while it waited for the judge (evaluator.clock_ran_out).
     NOT_BUILT = "not_built"
 
     # What each group of verdicts means, asked of the verdict (one place for every such group).

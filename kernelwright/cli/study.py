@@ -46,7 +46,7 @@ def run_cmd(
     devices: Annotated[list[str] | None, typer.Option("--device", "-d", help="cpu or cuda:N, repeatable: one evaluation worker each.")] = None,
     target: Annotated[str | None, typer.Option(help="cuda | triton | cpp.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Decoding budget per generated program.")] = None,
-    cell_minutes: Annotated[float | None, typer.Option(help="A clock per cell: no model request after this many minutes of it (in the config hash).")] = None,
+    cell_minutes: Annotated[float | None, typer.Option(help="A clock per cell: no model request and no evaluation begun after this many minutes of it (in the config hash).")] = None,
     facts: Annotated[Path | None, typer.Option(help="Folder of recorded task facts (default: OUT/facts).")] = None,
     jobs: Annotated[int | None, typer.Option(help="Cells in flight at once (default: two per device).")] = None,
     slots: Annotated[int | None, typer.Option(help="Evaluations at once per device (local pool) or per GPU (ray); default 1. Timing stays exclusive.")] = None,

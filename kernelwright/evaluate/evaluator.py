@@ -28,6 +28,7 @@ from kernelwright.evaluate.static_checks import check_source
 from kernelwright.extract import extract_code
 from kernelwright.measure.draw import SEED
 from kernelwright.records import (
+    NOT_JUDGED,
     BuildJob,
     BuildRequest,
     EvalJob,
@@ -96,6 +97,10 @@ class EvalConfig:
     # Order in a pool's queues, lower first (executors/pool.py): a search's launch variants of a
     # kernel already verified wait behind other cells' first candidates. Changes when, not what.
     priority: int = 0
+    # A study cell's clock (time.monotonic() on the caller's machine): an evaluation still queued
+    # when it passes is not begun (`clock_ran_out`), so a cell ends near its clock however many
+    # cells share the device. Changes whether, never what: not part of a result's key.
+    deadline: Optional[float] = None
 
     def __post_init__(self) -> None:
         # The one check of the evaluator's own options: the CLI, studies and optimize all build an
@@ -157,6 +162,16 @@ def _early(verdict: Verdict, error: Optional[str], task: Task, code_hash: Option
                       stages=[Stage(name="static", seconds=0.0, ok=False, detail=verdict.value)])
 
 
+def clock_ran_out(task: Task, code_hash: Optional[str], cfg: EvalConfig) -> Optional[EvalResult]:
+    """The record of a candidate whose cell's clock (EvalConfig.deadline) passed while it waited
+    for the judge: not_built, saying why; None while there is time. Executors ask it right before
+    an evaluation begins, after any queue."""
+    if cfg.deadline is None or time.monotonic() < cfg.deadline:
+        return None
+    return _early(Verdict.NOT_BUILT, f"{NOT_JUDGED} the cell's clock ran out before this candidate's evaluation began",
+                  task, code_hash, cfg)
+
+
 @dataclass
 class Prepared:
     """A candidate that passed the checks done in the caller's process: ready for a sandbox."""
@@ -203,6 +218,9 @@ def evaluate_direct(task: Task, candidate_text: str, cfg: Optional[EvalConfig] =
     pre = precheck(task, candidate_text, cfg)
     if isinstance(pre, EvalResult):
         return pre
+    late = clock_ran_out(task, pre.code_hash, cfg)
+    if late is not None:
+        return late
 
     if cfg.device.startswith("cuda") and not cfg.compile_only and cfg.device in _suspect_gpus:
         if not sandbox.probe_gpu(cfg.device):

@@ -157,8 +157,10 @@ def enter_own_namespaces() -> bool:
     os.setsid()
     uid, gid = os.geteuid(), os.getegid()
     own_user = not effective_capabilities() >> CAP_SYS_ADMIN & 1
-    flags = CLONE_NEWPID | CLONE_NEWNS | (CLONE_NEWUSER if own_user else 0)
-    if _libc.unshare(flags) != 0:
+    # The mount namespace is the init's alone (unshared after the fork): shared with the
+    # stand-in, the init's fresh /proc (of a PID namespace the stand-in is not in) would leave the
+    # stand-in a dangling /proc/self whenever the init mounted first.
+    if _libc.unshare(CLONE_NEWPID | (CLONE_NEWUSER if own_user else 0)) != 0:
         drop_capabilities()
         return False
     if own_user:  # only the caller's own ids, which needs no privilege
@@ -170,6 +172,7 @@ def enter_own_namespaces() -> bool:
         _stand_in(init)
     _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
     try:
+        _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
         _fresh_proc()
     except OSError:
         # a user namespace under a /proc with covered knobs may not mount another (the kernel's

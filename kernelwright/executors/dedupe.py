@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from kernelwright.records import EvalResult, Task
 
 # Settings that change where files go or when the evaluation runs, not what it computes.
-_NOT_KEYED = ("keep_workdir", "priority")
+_NOT_KEYED = ("keep_workdir", "priority", "deadline")
 
 
 def result_key(task: Task, code_hash: str, cfg: object) -> str:

@@ -45,7 +45,7 @@ from typing import Optional
 from kernelwright.device import available_cores, cuda_arch, device_key, validate_device
 from kernelwright.errors import GPUUnavailableError
 from kernelwright.evaluate import sandbox
-from kernelwright.evaluate.evaluator import EvalConfig, Prepared, check_gpu_after, precheck, run_prepared
+from kernelwright.evaluate.evaluator import EvalConfig, Prepared, check_gpu_after, clock_ran_out, precheck, run_prepared
 from kernelwright.executors.dedupe import LinkTable, result_key
 from kernelwright.records import EvalResult, SandboxJob, Stage, Task
 
@@ -82,6 +82,7 @@ class PoolStats:
     prebuilt: int = 0
     decided_at_build: int = 0
     evaluated: int = 0
+    past_clock: int = 0  # not begun: the cell's clock passed while they queued (EvalConfig.deadline)
     recycled: int = 0  # filled by EvalPool.snapshot()
 
 
@@ -314,7 +315,21 @@ class EvalPool:
                 self._arch[device] = cuda_arch(device)
             return self._arch[device]
 
+    def _late(self, job: _Job) -> Optional[EvalResult]:
+        """The cell's clock passed while the job queued: its record, and its key forgotten (a
+        later duplicate, from a cell with time left, is judged afresh)."""
+        late = clock_ran_out(job.task, job.pre.code_hash, job.cfg)
+        if late is not None:
+            if job.key is not None:
+                self._links.forget(job.key)
+            with self._lock:
+                self.stats.past_clock += 1
+        return late
+
     def _prebuild_one(self, slot: Slot, job: _Job) -> EvalResult:
+        late = self._late(job)
+        if late is not None:
+            return late
         cfg = job.cfg
         if cfg.device.startswith("cuda"):
             # the build key includes the arch: build for the GPU the candidate will run on
@@ -336,6 +351,9 @@ class EvalPool:
         device = job.cfg.device
         if device in self._lost:
             raise GPUUnavailableError(device)
+        late = self._late(job)
+        if late is not None:
+            return late
         result = run_prepared(job.task, job.pre, job.cfg, slot.run)
         with self._lock:
             self.stats.evaluated += 1

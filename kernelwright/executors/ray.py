@@ -42,7 +42,7 @@ from typing import Any, Optional
 
 from kernelwright.device import visible_devices
 from kernelwright.errors import BadInput, GPUUnavailableError
-from kernelwright.evaluate.evaluator import EvalConfig, Prepared, check_gpu_after, precheck, run_prepared
+from kernelwright.evaluate.evaluator import EvalConfig, Prepared, check_gpu_after, clock_ran_out, precheck, run_prepared
 from kernelwright.executors.dedupe import LinkTable, result_key
 from kernelwright.executors.pool import builds_extension
 from kernelwright.records import EvalResult, Task
@@ -205,6 +205,12 @@ class RayExecutor:
         if isinstance(pre, EvalResult):
             self._count("decided_before_ray")
             return pre
+        # a cell's clock is this machine's monotonic time: asked here, before the job leaves (the
+        # wait in Ray's own queue is not covered), and never shipped to a worker's clock
+        late = clock_ran_out(task, pre.code_hash, cfg)
+        if late is not None:
+            return late
+        cfg = replace(cfg, deadline=None)
         mine, work = self._links.claim(result_key(task, pre.code_hash, cfg))
         if work is None:
             self._count("linked_duplicates")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kernelwright.errors import BadInput
 from kernelwright.llm.budget import CLOCK
+from kernelwright.records import NOT_JUDGED, Verdict
 from kernelwright.report import figures, metrics, tables
 from kernelwright.report.tables import Table
 from kernelwright.study.log import StudyData, read_study, write_text_atomic
@@ -75,8 +76,11 @@ def _sources(data: StudyData) -> list[str]:
         if clocks:
             mine = [c for c in data.cells if c.config_hash in m.configs]
             by_clock = sum(1 for c in mine if (c.stopped or "").startswith(f"{CLOCK} of"))
+            unjudged = sum(1 for c in mine for a in data.attempts_of(c)
+                           if a.eval.verdict == Verdict.NOT_BUILT and (a.eval.error or "").startswith(NOT_JUDGED))
             lines.append(f"{folder.name}: a clock of {' / '.join(f'{x:g}' for x in clocks)} min per cell (no model "
-                         f"request after it): {by_clock} of {len(mine)} cell(s) stopped by it")
+                         f"request and no evaluation begun after it): {by_clock} of {len(mine)} cell(s) stopped by it, "
+                         f"{unjudged} candidate(s) left unjudged by it")
     models = sorted({c.model for c in data.cells if c.model})
     attempts = sum(len(v) for v in data.attempts.values())
     lines.append(f"{len(data.cells)} cell(s), {attempts} candidate(s); model(s): {', '.join(models) or 'n/a'}.")

@@ -343,12 +343,17 @@ def plan_jobs(spec: StudySpec, backend: Backend, tasks: Sequence[TaskOrFailure],
                     # Under the cell's clock (StudySpec.cell_minutes), started now, a model request
                     # after it raises BudgetSpent, which ends the regime where it stands; the cell is
                     # then what run_regime hands its cell sink (the attempts made, the pick among
-                    # them, why it stopped), recorded as any other.
-                    model = backend if spec.cell_minutes is None else \
-                        BudgetedBackend(backend, Budget(spec.cell_minutes, label=CLOCK))
+                    # them, why it stopped), recorded as any other. The clock covers the wait for
+                    # the judge too: an evaluation not begun by then is recorded not_built, so
+                    # cells that share one device and one model end near their clock.
+                    cfg = spec.eval.to_config(device, spec.cache_dir)
+                    model: Backend = backend
+                    if spec.cell_minutes is not None:
+                        clock = Budget(spec.cell_minutes, label=CLOCK)
+                        model, cfg.deadline = BudgetedBackend(backend, clock), clock.deadline
                     ended: list[Cell] = []
                     try:
-                        return run_regime(task, model, config, spec.eval.to_config(device, spec.cache_dir), sink=sink,
+                        return run_regime(task, model, config, cfg, sink=sink,
                                           analysis_provider=facts, config_hash=chash, cell_sink=ended.append,
                                           executor=executor)
                     except BudgetSpent:

@@ -13,7 +13,7 @@ resumed on a different set of GPUs still skips its finished cells.
     seeds = [0]
     devices = ["cuda:0", "cuda:1"]      # one evaluation worker per device
     max_tokens = 1024
-    cell_minutes = 4                    # optional: no model request after 4 minutes of a cell
+    cell_minutes = 4                    # optional: no model request, no evaluation begun after 4 minutes of a cell
     [eval]
     time = true
     trials = 5

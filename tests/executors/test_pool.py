@@ -5,6 +5,7 @@ The pool must change how fast verdicts come, never what they are."""
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from kernelwright.evaluate import evaluate
 from kernelwright.evaluate.evaluator import EvalConfig, precheck, run_prepared
 from kernelwright.executors.dedupe import result_key
 from kernelwright.executors.pool import EvalPool, PoolConfig, Slot
-from kernelwright.records import Verdict
+from kernelwright.records import NOT_JUDGED, Verdict
 from kernelwright.tasks import load_task
 from tests.conftest import CANDIDATES, TASKS
 
@@ -143,10 +144,27 @@ def test_dedupe_key_is_task_code_and_settings(bias_relu):
     key = result_key(bias_relu, "abc", cfg)
     assert key == result_key(bias_relu, "abc", replace(cfg, keep_workdir=True))
     assert key == result_key(bias_relu, "abc", replace(cfg, priority=1))  # when, not what
+    assert key == result_key(bias_relu, "abc", replace(cfg, deadline=12.5))  # whether, not what
     assert key != result_key(bias_relu, "abd", cfg)
     assert key != result_key(bias_relu, "abc", replace(cfg, trials=3))
     other = load_task("builtin/L1/02_bias_add")
     assert key != result_key(other, "abc", cfg)
+
+
+def test_a_candidate_queued_past_its_cells_clock_is_recorded_unjudged_and_not_linked(bias_relu, fast_cfg):
+    # the clock is asked when the evaluation would begin, after the queue: a passed deadline is
+    # not_built, saying why, and starts no process; the same code from a cell with time left (no
+    # deadline) is judged afresh, not handed the unjudged record
+    cfg = fast_cfg()
+    with EvalPool(PoolConfig(devices=["cpu"], prebuild=False)) as pool:
+        late = pool.submit(bias_relu, text("torch_only.py"), replace(cfg, deadline=time.monotonic() - 1)).result(300)
+        assert pool.snapshot().past_clock == 1 and pool.snapshot().evaluated == 0
+        fresh = pool.submit(bias_relu, text("torch_only.py"), replace(cfg)).result(300)
+        stats = pool.snapshot()
+    assert late.verdict == Verdict.NOT_BUILT and late.error.startswith(NOT_JUDGED) and "clock ran out" in late.error
+    assert fresh.verdict == Verdict.NO_CUSTOM_KERNEL and stats.evaluated == 1 and stats.linked_duplicates == 0
+    direct = evaluate(bias_relu, text("torch_only.py"), replace(cfg, deadline=time.monotonic() - 1))
+    assert direct.verdict == Verdict.NOT_BUILT and direct.error == late.error
 
 
 @pytest.mark.gpu

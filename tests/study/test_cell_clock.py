@@ -1,5 +1,6 @@
-"""A study cell's clock (`cell_minutes`): no model request after it; the cell is recorded with the
-attempts it made and says the clock stopped it; the clock is part of the cell's key and the report
+"""A study cell's clock (`cell_minutes`): no model request and no evaluation begun after it; the
+cell is recorded with the attempts it made (an answer that came after the clock: unjudged, saying
+so) and says the clock stopped it; the clock is part of the cell's key and the report
 states it. Real evaluations (a sandboxed child each); the model is a deterministic test double."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import pytest
 
 from kernelwright.executors.base import Direct
 from kernelwright.llm.base import Completion
+from kernelwright.records import NOT_JUDGED
 from kernelwright.report import study_report
 from kernelwright.study.log import read_study
 from kernelwright.study.runner import DeviceSlots, config_records, plan_jobs, run_jobs
@@ -72,13 +74,16 @@ def test_the_clock_ends_a_cell_after_its_first_turn_and_the_cell_keeps_it(tmp_pa
     summary = run_jobs(jobs, spec.out, DeviceSlots(spec.devices), 1, Direct())
     assert summary.done == 1 and summary.failed == 0
     cell = read_study(spec.out).cells[0]
-    # one request made (three turns asked for), its answer evaluated and kept; the cell is ok
+    # one request made (three turns asked for); its answer came after the clock, so it is kept
+    # and recorded unjudged, not evaluated; the cell is ok
     assert model.calls == 1 and len(cell.attempt_ids) == 1
-    assert cell.status == "ok" and cell.verdict.value == "wrong_output"
+    assert cell.status == "ok" and cell.verdict.value == "not_built"
+    (attempt,) = read_study(spec.out).attempts_of(cell)
+    assert attempt.eval.error.startswith(NOT_JUDGED) and attempt.raw_response == WRONG
     assert cell.stopped == "clock of 0.25 min spent" and "the run stopped: clock of" in cell.reason
     report = study_report.build([spec.out])
     assert any("a clock of 0.25 min per cell" in line and "1 of 1 cell(s) stopped by it" in line
-               for line in report.sources)
+               and "1 candidate(s) left unjudged by it" in line for line in report.sources)
 
 
 def test_without_a_clock_the_regime_runs_its_turns_and_the_key_differs(tmp_path):
