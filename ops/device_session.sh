@@ -102,8 +102,26 @@ kb)  # the KernelBench subset, CUDA and Triton side by side, every cell begun at
   export PYTHONPATH=/tmp/site:/tmp/kwb
   for t in cuda triton; do
     setsid nohup python3 -m kernelwright.cli.main study run studies/kernelbench-subset-$t.toml --out /tmp/st/kb-$t \
-      > /tmp/kwout/study-kb-$t.log 2>&1 < /dev/null &
+      "${@:2}" > /tmp/kwout/study-kb-$t.log 2>&1 < /dev/null &
   done
+  disown -a; sleep 2; echo started ;;
+fallback)  # the whole-program fallback's compile rate (studies/fallback-compile-cuda.toml), before and
+  # after the CUDA target's prompt change, side by side: "before" is this checkout with the old
+  # target template (carried as .carry/old_target.jinja), "after" the checkout as it is. Needs `kb`'s
+  # data copy (/tmp/shared/kernelbench) and /tmp/kwb
+  rm -rf /tmp/kwfb && cp -a /tmp/kwb /tmp/kwfb && cp .carry/old_target.jinja /tmp/kwfb/kernelwright/prompts/templates/_target.jinja
+  for side in before:/tmp/kwfb after:/tmp/kwb; do
+    name=${side%%:*}; tree=${side#*:}
+    (cd "$tree" && PYTHONPATH=/tmp/site:$tree setsid nohup python3 -m kernelwright.cli.main study run \
+      studies/fallback-compile-cuda.toml --model "hf:qwen2.5-coder-1.5b?batch_size=64" --out /tmp/st/fb-$name \
+      > /tmp/kwout/study-fb-$name.log 2>&1 < /dev/null &)
+  done
+  disown -a; sleep 2; echo started ;;
+gpubg)  # the GPU-marked tests, detached from a copy of their own (/tmp/kwg), logged to kwout/gputests.log
+  bash "$0" copy /tmp/kwg
+  cd /tmp/kwg
+  PYTHONPATH=/tmp/site:/tmp/kwg setsid nohup python3 -m pytest -q -m gpu -p no:cacheprovider -n 4 "${@:2}" \
+    > /tmp/kwout/gputests.log 2>&1 < /dev/null &
   disown -a; sleep 2; echo started ;;
 side)  # two studies side by side on one GPU (CUDA and Triton targets, the built-in suite at
   # full size, zero_shot+scaffold: one sample a cell, so both can finish in a session;
