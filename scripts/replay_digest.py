@@ -53,12 +53,15 @@ def regimes(cache: str) -> dict[str, list[tuple[str, str]]]:
 def optimize_runs(cache: str) -> dict[str, list[tuple[str, str]]]:
     from tests.optimize.test_optimize_e2e import EXAMPLE, FACTS, RECORDED_ARGS, TRANSCRIPT
 
+    # the regime the transcript was recorded under, said, so that a change of the default cannot
+    # make the replay miss
+    recorded = [*RECORDED_ARGS, *([] if "--regime" in RECORDED_ARGS else ["--regime", "routed"])]
     out: dict[str, list[tuple[str, str]]] = {}
     for mode in ("--scaffold", "--no-scaffold"):
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp) / "out"
             p = subprocess.run([sys.executable, "-m", "kernelwright.cli.main", "optimize", str(EXAMPLE), "--model",
-                                f"replay:{TRANSCRIPT}", "--facts", str(FACTS), "--out", str(folder), *RECORDED_ARGS, mode],
+                                f"replay:{TRANSCRIPT}", "--facts", str(FACTS), "--out", str(folder), *recorded, mode],
                                capture_output=True, text=True, timeout=1800,
                                env={**os.environ, "KERNELWRIGHT_CACHE": cache, "PYTHONPATH": str(ROOT)})
             lines = (folder / "attempts.jsonl").read_text().splitlines() if (folder / "attempts.jsonl").is_file() else []
