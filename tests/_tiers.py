@@ -137,6 +137,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config._kw_opt_in = len(opt_in)  # type: ignore[attr-defined]
 
 
+# A test's likely cost by its tier, in seconds (the two-worker CI run's typical figures): enough to put
+# the costly files first, which is all the order is for
+_COST = {"slow": 60.0, "build": 30.0}
+_FAST_COST = 0.3
+
+
+def _cost(item: pytest.Item) -> float:
+    return next((c for t, c in _COST.items() if item.get_closest_marker(t)), _FAST_COST)
+
+
+@pytest.hookimpl(specname="pytest_collection_modifyitems", trylast=True)
+def pytest_collection_modifyitems_costliest_first(items: list[pytest.Item]) -> None:
+    """The costliest files first, each file's tests in their own order. Under `--dist loadfile
+    --no-loadscope-reorder` (.ci/run) pytest-xdist hands out whole files in this order, so a file
+    of a few long builds (the replays, Ray, the model) never starts last and leaves one worker
+    running alone while the other has finished; the cheap files fill in at the end. (xdist's own
+    reorder puts the files with the most tests first, which sends exactly those few-test costly
+    files to the end.)"""
+    cost: dict[str, float] = {}
+    for item in items:
+        cost[item.path] = cost.get(item.path, 0.0) + _cost(item)
+    items.sort(key=lambda item: -cost[item.path])  # stable: each file's own order is kept
+
+
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     n = getattr(config, "_kw_opt_in", 0)
     if n:
