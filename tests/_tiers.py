@@ -59,22 +59,27 @@ def _uptime() -> float:
         return float(f.read().split()[0])
 
 
-def _processes() -> Iterator[tuple[int, int, str, float]]:
-    """(pid, parent pid, command line, start in seconds since boot) of every process we may read."""
+def _processes(since: float = 0.0) -> Iterator[tuple[int, int, Optional[str], float]]:
+    """(pid, parent pid, command line, start in seconds since boot) of every process we may read;
+    the command line only of those started at `since` or later (None for the others): five scans a
+    second in each worker, so the older processes, most of them, cost one read each, not two."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
                 stat = f.read().decode(errors="replace")
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmd = f.read().decode(errors="replace")
+            # the command name in stat is parenthesised and may hold spaces: fields 4 (ppid) and 22
+            # (start time, in clock ticks since boot) counted from there
+            fields = stat.rsplit(")", 1)[1].split()
+            started = int(fields[19]) / _TICKS
+            cmd = None
+            if started >= since:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    cmd = f.read().decode(errors="replace")
         except OSError:
             continue
-        # the command name in stat is parenthesised and may hold spaces: fields 4 (ppid) and 22
-        # (start time, in clock ticks since boot) counted from there
-        fields = stat.rsplit(")", 1)[1].split()
-        yield int(name), int(fields[1]), cmd, int(fields[19]) / _TICKS
+        yield int(name), int(fields[1]), cmd, started
 
 
 class Watch:
@@ -96,13 +101,13 @@ class Watch:
             time.sleep(self.interval)
 
     def _scan(self, nodeid: str) -> None:
-        procs = list(_processes())
+        # what an earlier test started and left running (a session's model server, Ray's idle
+        # workers) is not this test's cost: its command line is not even read
+        procs = list(_processes(self.since - 1.0))
         parent = {pid: ppid for pid, ppid, _, _ in procs}
-        for pid, _, cmd, started in procs:
-            tier = _tier_of(cmd)
-            # what an earlier test started and left running (a session's model server, Ray's idle
-            # workers) is not this test's cost
-            if tier is None or started < self.since - 1.0 or not self._descends(pid, parent):
+        for pid, _, cmd, _ in procs:
+            tier = None if cmd is None else _tier_of(cmd)
+            if cmd is None or tier is None or not self._descends(pid, parent):
                 continue
             self.seen.setdefault(nodeid, {}).setdefault(tier, cmd.split("\0", 1)[0].rsplit("/", 1)[-1])
 

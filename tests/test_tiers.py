@@ -34,3 +34,32 @@ def test_the_costliest_files_run_first_each_in_its_own_order(tmp_path):
                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True)
     ids = [line.split("::", 1)[1] for line in out.stdout.splitlines() if "::" in line]
     assert ids == ["test_b", "test_a", "test_c"] + [f"test_f{i}" for i in range(5)], out.stdout + out.stderr
+
+
+def test_the_watch_names_what_its_test_started_and_not_what_ran_before(tmp_path):
+    """A program named like a build tool, started during the test, is the test's; one started before
+    the test began and still running (a session's server) is not."""
+    import subprocess
+    import time
+
+    from tests._tiers import Watch, _uptime
+
+    ninja = tmp_path / "ninja"  # `sleep` under a build tool's name: what the watch reads is the name
+    ninja.symlink_to("/bin/sleep")
+    earlier = subprocess.Popen([str(ninja), "30"])
+    time.sleep(1.5)  # started more than the watch's 1 s grace before the test
+    watch = Watch(interval=3600)  # scanned by hand below
+    try:
+        watch.since = _uptime()
+        watch._scan("old")
+        assert watch.seen == {}
+        during = subprocess.Popen([str(ninja), "30"])
+        try:
+            watch._scan("new")
+            assert watch.seen == {"new": {"build": "ninja"}}
+        finally:
+            during.kill()
+            during.wait()
+    finally:
+        earlier.kill()
+        earlier.wait()
