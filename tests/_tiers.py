@@ -166,12 +166,29 @@ def pytest_collection_modifyitems_costliest_first(items: list[pytest.Item]) -> N
     items.sort(key=lambda item: -cost[item.path])  # stable: each file's own order is kept
 
 
+_file_seconds: dict[str, float] = {}  # test file -> seconds of its tests (every phase), as reported
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # under xdist the controller sees every worker's reports: the whole run's picture in one place
+    path = report.nodeid.split("::", 1)[0]
+    _file_seconds[path] = _file_seconds.get(path, 0.0) + report.duration
+
+
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     n = getattr(config, "_kw_opt_in", 0)
     if n:
         terminalreporter.write_line(
             f"fast tier only: {n} build/slow/gpu tests not run; `pytest -m 'not gpu'` runs every tier "
             "this machine can (what .ci/run does)")
+    shown = config.option.durations or 0
+    if shown > 0 and _file_seconds:
+        # beside --durations' slowest tests, the costliest files: the units a worker takes under
+        # --dist loadfile, and what the order above estimates from the tiers
+        top = sorted(_file_seconds.items(), key=lambda kv: -kv[1])[:shown]
+        terminalreporter.write_sep("=", f"costliest {len(top)} files of {sum(_file_seconds.values()):.0f} s")
+        for path, seconds in top:
+            terminalreporter.write_line(f"{seconds:8.1f}s {path}")
 
 
 @pytest.hookimpl(hookwrapper=True)
