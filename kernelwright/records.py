@@ -339,6 +339,9 @@ class EvalResult(Versioned):
     compile_timing: Optional[TimingStats] = None
     faster_than_compile: Optional[bool] = None  # beyond noise, as `faster`; None: not measured
     compile_baseline_error: Optional[str] = None  # torch.compile failed on this machine: why
+    # torch.compile ran more than 2x slower than eager beside it (measure/timing.py
+    # compile_misbehaves): why; the report never states a speedup against it
+    compile_baseline_suspect: Optional[str] = None
     error: Optional[str] = None  # the first relevant lines
     stages: list[Stage] = Field(default_factory=list)
 

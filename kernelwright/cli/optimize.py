@@ -116,7 +116,8 @@ def optimize_cmd(
     if outcome.kept_id is not None:
         vs = [f"{outcome.speedup_vs_eager:.3g}x eager" if outcome.speedup_vs_eager is not None else "not timed"]
         if outcome.speedup_vs_compile is not None:
-            vs.append(f"{outcome.speedup_vs_compile:.3g}x torch.compile")
+            vs.append(f"{outcome.speedup_vs_compile:.3g}x torch.compile"
+                      + (" (flagged: see the report)" if outcome.vs_compile_caveat else ""))
         if outcome.fraction_of_floor is not None:
             vs.append(f"{outcome.fraction_of_floor:.3g} of the roofline floor")
         kept = ", ".join(vs)

@@ -481,12 +481,12 @@ class Judge:
         ref = self.ref_runner
         try:
             eager = Served(ref, self.like)
-            comp = self._ask(self.timing.time_served_pair, Served(ref, self.like, "compiled"),
-                             eager, self._draw, self._output_check(record=False), self.device, cfg, threads=cand.threads, null=eager).candidate
+            pair = self._ask(self.timing.time_served_pair, Served(ref, self.like, "compiled"),
+                             eager, self._draw, self._output_check(record=False), self.device, cfg, threads=cand.threads, null=eager)
         except (Refused, self.timing.TimedCallRejected) as e:
             self._baseline_failed(e.reply.error if isinstance(e, Refused) else e.message)
             return
-        self.fields.update(self.timing.against_compile(cand, comp))
+        self.fields.update(self.timing.against_compile(cand, pair.candidate, pair.reference))
 
     def _recheck(self) -> None:
         inputs = self._fresh("recheck")

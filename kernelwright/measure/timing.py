@@ -176,13 +176,30 @@ def net_ratio(base_ms: Optional[float], cand_ms: Optional[float], protocol_ms: O
     return base / cand if base >= least and cand >= least else None
 
 
-def against_compile(cand: TimingStats, comp: TimingStats) -> dict:
+# torch.compile slower than eager by more than this is a baseline that misbehaves on this machine
+# (a recompile, a graph break per call, a slow first backend): a user would run eager instead, so
+# a ratio against it is no speedup to report
+COMPILE_SUSPECT_RATIO = 2.0
+
+
+def compile_misbehaves(eager_ms: Optional[float], compiled_ms: Optional[float]) -> Optional[str]:
+    """Why torch.compile(reference) is no baseline to beat here, or None: slower than eager by more
+    than COMPILE_SUSPECT_RATIO, both timed in one loop or one process."""
+    if not eager_ms or not compiled_ms or compiled_ms <= COMPILE_SUSPECT_RATIO * eager_ms:
+        return None
+    return (f"torch.compile ran {compiled_ms:.4g} ms, {compiled_ms / eager_ms:.3g}x eager's {eager_ms:.4g} ms "
+            f"(more than {COMPILE_SUSPECT_RATIO:g}x): a misbehaving baseline, not a speedup to report")
+
+
+def against_compile(cand: TimingStats, comp: TimingStats, eager: Optional[TimingStats] = None) -> dict:
     """The EvalResult fields of a candidate's timing against torch.compile(reference)'s, each side
     net of the null calls of its own loop: the judge's, and a search's launch variants, which take
-    the compile baseline their cell's verified kernel measured rather than compiling it again."""
+    the compile baseline their cell's verified kernel measured rather than compiling it again.
+    `eager`: the reference timed beside torch.compile, which flags a misbehaving baseline."""
     return {"compile_timing": comp.model_dump(), "compile_runtime_ms": comp.median_ms,
             "faster_than_compile": bool(cand.median_ms < comp.median_ms and faster_beyond_noise(cand, comp)),
-            "net_speedup_vs_compile": net_ratio(comp.median_ms, cand.median_ms, cand.protocol_ms, comp.protocol_ms)}
+            "net_speedup_vs_compile": net_ratio(comp.median_ms, cand.median_ms, cand.protocol_ms, comp.protocol_ms),
+            "compile_baseline_suspect": compile_misbehaves(eager.median_ms, comp.median_ms) if eager else None}
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from kernelwright.events import Event, Round, Routed, Step
 from kernelwright.executors.base import make_executor, opened
 from kernelwright.llm.base import Backend, BackendError, first_line
 from kernelwright.llm.budget import Budget, BudgetedBackend, BudgetSpent
+from kernelwright.measure.timing import compile_misbehaves
 from kernelwright.optimize import baseline as baseline_mod
 from kernelwright.optimize.inputs import InputError, eval_config
 from kernelwright.optimize.types import Baseline, Options, Outcome
@@ -205,11 +206,15 @@ def _settle(outcome: Outcome, attempts: list[Attempt], analysis, beside=None) ->
             outcome.speedup_vs_compile = beside.compile_runtime_ms / beside.runtime_ms
             outcome.vs_compile_by = "judge"
             outcome.beside_ms = (beside.compile_runtime_ms, beside.runtime_ms)
+            outcome.vs_compile_caveat = beside.compile_baseline_suspect
         elif r.speedup is not None and b.eager is not None and b.compiled is not None:
             # Two paired ratios chained: torch.compile vs eager (one process), kernel vs eager (the
             # evaluator's process). Robust to the load of a shared machine drifting between them.
             outcome.speedup_vs_compile = b.compiled.median_ms / b.eager.median_ms * r.speedup
             outcome.vs_compile_by = "chained"
+            outcome.vs_compile_caveat = compile_misbehaves(b.eager.median_ms, b.compiled.median_ms) or (
+                "chained, not timed beside the kept candidate: (torch.compile / eager in a warm process) x "
+                "(the kept candidate / eager in the evaluator)")
         if r.runtime_ms is not None and outcome.roofline_floor_ms is not None:
             outcome.fraction_of_floor = analysis.roofline.fraction_of_floor(r.runtime_ms)
     if outcome.exit_code in (EXIT_FASTER, EXIT_NOT_FASTER):

@@ -71,6 +71,9 @@ class Outcome(BaseModel):
     # how: "judge" (torch.compile timed beside the kept candidate by the evaluator, one protocol) or
     # "chained" (the baselines' torch.compile / eager x the judge's speedup vs eager)
     vs_compile_by: str = ""
+    # why the ratio against torch.compile is no headline: the baseline misbehaved (more than 2x
+    # slower than eager) or was only chained, not timed beside the kept candidate; None: it is one
+    vs_compile_caveat: Optional[str] = None
     beside_ms: Optional[tuple[float, float]] = None  # judge: (torch.compile, the kept candidate) medians, ms
     fraction_of_floor: Optional[float] = None
     size: Optional[str] = None  # the problem run, in one line (records.Sizing.summary); None: not sized

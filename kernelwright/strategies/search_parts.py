@@ -180,7 +180,8 @@ def _with_baseline(result: EvalResult, verified: EvalResult) -> EvalResult:
         from kernelwright.measure.timing import against_compile
 
         return EvalResult.model_validate({**result.model_dump(),
-                                          **against_compile(result.timing, verified.compile_timing)})
+                                          **against_compile(result.timing, verified.compile_timing),
+                                          "compile_baseline_suspect": verified.compile_baseline_suspect})
     if verified.compile_baseline_error:
         return result.model_copy(update={"compile_baseline_error": verified.compile_baseline_error})
     return result
