@@ -47,12 +47,12 @@ def whole_view(sc) -> str:
     seg = sc.segment
     if sc.target == "cuda":
         kernel, indent, helpers = skeleton.cuda_kernel(seg)
-        return helpers + skeleton._marked(kernel, indent, "//")[1]
+        return helpers + skeleton.marked_kernel(kernel, indent, "//")[1]
     if seg.kind == SegmentKind.GEMM:
         kernel, indent = triton_gemm_kernel(seg)
     else:
         kernel, indent = skeleton.triton_kernel(seg)
-    return skeleton._marked(kernel, indent, "#")[1]
+    return skeleton.marked_kernel(kernel, indent, "#")[1]
 
 
 def classify(sc, plan, regions: list[str]) -> Counter:

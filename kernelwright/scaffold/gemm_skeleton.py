@@ -37,10 +37,10 @@ from kernelwright.scaffold.skeleton import (
     BCAST_HELPER,
     PLACEHOLDER,
     PY_DTYPES,
-    _marked,
-    _scaffold,
     abridge,
     extra_shaping,
+    make_scaffold,
+    marked_kernel,
     math_line,
 )
 from kernelwright.scaffold.types import KernelArg, Scaffold, ScaffoldPlan, Segment
@@ -371,11 +371,11 @@ def write_triton_gemm(plan: ScaffoldPlan, seg: Segment, products: str = "") -> S
     spec = seg.gemm
     assert spec is not None
     kernel, indent = triton_gemm_kernel(seg, products)
-    kernel_prog, kernel_view = _marked(kernel, indent, "#", gemm_view(kernel, seg))
+    kernel_prog, kernel_view = marked_kernel(kernel, indent, "#", gemm_view(kernel, seg))
     header = "import math\nimport os\n\nimport torch\nimport triton\nimport triton.language as tl\n"
     helper = BCAST_HELPER + "\n\n" if any(a.pattern == "broadcast" for a in seg.extras) else ""
     split = SPLIT_HELPERS if _split(spec.a.dtype, products) else ""
     program = (f"{header}\n{plan.prelude}\n{_configs_text(spec.a.dtype, products)}\n{PRUNE}\n{TILE_ORDER}{split}\n"
                f"{kernel_prog}\n\n{_launcher(seg, products)}\n\n{helper}{_wrapper(seg)}\n\n{plan.model_new}")
-    sc = _scaffold(plan, seg, "triton", program, kernel_view, indent, "# (empty: y stays x)", "python")
+    sc = make_scaffold(plan, seg, "triton", program, kernel_view, indent, "# (empty: y stays x)", "python")
     return sc.model_copy(update={"variables": variables(seg)})
