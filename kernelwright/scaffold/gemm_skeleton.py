@@ -26,7 +26,7 @@ fp16 / bf16 operands use the tensor cores as they are, accumulating in fp32.
 Launch settings: a `@triton.autotune` list of tile shapes, stages and warps keyed on (M, N, K), not
 the `KW_LAUNCH` line the other skeletons carry. The best GEMM tile depends on the shape and the GPU,
 and Triton times the configs in the process at the first call, one compile each; a `KW_LAUNCH`
-variant is a whole evaluation (search.py's launch sweep). Configs with tiles past the problem's
+variant is a whole evaluation (search's launch sweep, strategies/search/tune.py). Configs with tiles past the problem's
 next power of two are pruned before timing; under the interpreter (TRITON_INTERPRET=1, the CPU
 tests) only the first config left is run, its timings saying nothing about a GPU.
 """
