@@ -69,11 +69,7 @@ def _edges(mods: dict[str, Path]) -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    source = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    source = node.module or ""
+                source = _source(node, package)
                 subs = [f"{source}.{a.name}" for a in node.names if f"{source}.{a.name}" in mods]
                 targets = subs + ([source] if len(subs) < len(node.names) else [])
             for target in targets:
@@ -81,6 +77,14 @@ def _edges(mods: dict[str, Path]) -> dict[str, set[str]]:
                 if found and found != name:
                     edges[name].add(found)
     return edges
+
+
+def _source(node: ast.ImportFrom, package: str) -> str:
+    """The module a `from ... import` reads from, a relative one resolved against `package`."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
 
 
 def _type_checking_only(node: ast.If) -> bool:
@@ -188,11 +192,7 @@ def _private_reaches(mods: dict[str, Path]) -> list[str]:
         aliases: dict[str, str] = {}  # a local name bound to a module of the package
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    source = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    source = node.module or ""
+                source = _source(node, package)
                 if not source.startswith("kernelwright") or source == name:
                     continue
                 for a in node.names:

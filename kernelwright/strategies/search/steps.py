@@ -30,18 +30,8 @@ from kernelwright.records import Attempt, EvalResult, Stage, Verdict
 from kernelwright.strategies import selection
 from kernelwright.strategies.base import RunContext, assembly_note
 from kernelwright.strategies.search.notes import ComposedNote
-from kernelwright.strategies.search.parts import (
-    Sample,
-    answer_grammar,
-    dedupe,
-    distinct,
-    follow_up,
-    precheck_verdict,
-    prompt_vars,
-    refuted,
-    sample_note,
-    task_plan,
-)
+from kernelwright.strategies.search import parts
+from kernelwright.strategies.search.parts import Sample, distinct, precheck_verdict, refuted
 from kernelwright.strategies.search.tune import tune
 
 log = logging.getLogger(__name__)
@@ -64,7 +54,7 @@ def search_lines(ctx: RunContext, n: int, turns: int, temperature: float) -> Opt
     from kernelwright.scaffold import write
     from kernelwright.scaffold.steps import line_target, split, worth_it
 
-    plan = task_plan(ctx).for_target(ctx.target)
+    plan = parts.task_plan(ctx).for_target(ctx.target)
     steps = split(plan, parts=not c.has("no_parts"))
     if not steps or not worth_it(steps, ctx.target):
         return None
@@ -82,7 +72,7 @@ def search_lines(ctx: RunContext, n: int, turns: int, temperature: float) -> Opt
         ctx.progress(Generating(turn=turn, n=n * len(todo)))
         heat = max(temperature, min(MAX_HEAT, temperature + HEAT_STEP * turn))
         requests = [ctx.request(conversation[k], n, heat, c.max_tokens, c.seed + 1000 * turn + 17 * k,
-                                grammar=answer_grammar(ctx, scaffolds[k])) for k in todo]
+                                grammar=parts.answer_grammar(ctx, scaffolds[k])) for k in todo]
         started = time.monotonic()
         answers = ctx.draw_many(requests)
         per_sample = (time.monotonic() - started) / max(1, sum(len(a) for a in answers))
@@ -116,7 +106,7 @@ def line_prompt_vars(ctx: RunContext, sc: Any) -> dict[str, Any]:
     # a CUDA row task is a C++ loop the CUDA kernel runs (line_target): "C++ (CPU)" would be false
     name = ("CUDA (its row loop written in C++)" if sc.target != ctx.target and ctx.target == "cuda"
             else TARGET_NAMES[sc.target])
-    return {**prompt_vars(ctx), "scaffold": region, "fence": sc.language, "target": sc.target,
+    return {**parts.prompt_vars(ctx), "scaffold": region, "fence": sc.language, "target": sc.target,
             "target_name": name}
 
 
@@ -132,7 +122,7 @@ def _line_samples(ctx: RunContext, sc: Any, target: str, step: Any, comps: list[
         samples.append(Sample(index=i, completion=comp, code=assembly.code, grounding=None,
                               extra={"scaffold": assembly_note(sc, assembly)}, region=assembly.region,
                               gen_s=per_sample))
-    dedupe(samples, tried)
+    parts.dedupe(samples, tried)
     todo = []
     for s in distinct(samples):
         if s.extra["scaffold"]["empty"]:  # nothing but comments: no answer, not a pass of a near-identity line
@@ -172,7 +162,7 @@ def _record(ctx: RunContext, messages: tuple[ChatMessage, ...], samples: list[Sa
             n: int, lines: int) -> list[Attempt]:
     out = []
     for s in samples:
-        note = sample_note(s, samples, line=k + 1, lines=lines)
+        note = parts.sample_note(s, samples, line=k + 1, lines=lines)
         out.append(ctx.record(messages, s.completion, None, None, _line_result(ctx, s, samples), turn,
                               k * n + s.index, s.gen_s, {**s.extra, "search": note.dump()}))
     return out
@@ -184,7 +174,7 @@ def _repair(base: tuple[ChatMessage, ...], fence: str, samples: list[Sample]) ->
     if not failing:
         return None
     s = min(failing, key=lambda x: (-x.votes, x.index))
-    return follow_up(base, fence, s.region, s.check.render())
+    return parts.follow_up(base, fence, s.region, s.check.render())
 
 
 def _choices(solved: dict[int, list[tuple[Sample, Attempt]]], lines: int) -> list[list[int]]:
@@ -251,7 +241,7 @@ def _checked(ctx: RunContext, steps: list[Any], answers: list[list[str]], segmen
     from kernelwright.scaffold import precheck_many
     from kernelwright.scaffold.steps import compose
 
-    plan = task_plan(ctx)
+    plan = parts.task_plan(ctx)
     regions = [compose(steps, a, segment, ctx.target) for a in answers]
     checks = list(precheck_many(plan, ctx.target, regions))
     again = {i: compose(steps, answers[i], segment, ctx.target, strided=False)
