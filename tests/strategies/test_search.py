@@ -146,6 +146,23 @@ def test_every_sample_gets_a_verdict_built_or_not(monkeypatch):
     assert region._unbuilt_result(Ctx, samples[3], samples) == waiting  # a duplicate carries its twin's
 
 
+def test_a_samples_note_keeps_its_keys_in_order_and_leaves_out_what_it_does_not_say():
+    """notes["search"] is compared across replays as written: the same keys in the same order, and
+    seen_before / shared_build / line only where they say something."""
+    samples = [sample(0, "a", WRONG), sample(1, "a"), sample(2, "b")]
+    tried = {parts.normalise("b")}
+    parts.dedupe(samples, tried)
+    first = parts.sample_note(samples[0], samples).dump()
+    assert list(first) == ["drawn", "votes", "duplicate_of", "built", "constrained", "precheck"]
+    assert first["precheck"] == WRONG.model_dump(mode="json") and first["votes"] == 2
+    twin = parts.sample_note(samples[1], samples).dump()
+    assert twin["duplicate_of"] == 0 and twin["votes"] == 2 and twin["precheck"] is None
+    samples[2].shared_build = 3
+    again = parts.sample_note(samples[2], samples, line=2, lines=3).dump()
+    assert list(again)[6:] == ["seen_before", "shared_build", "line", "lines"]
+    assert (again["seen_before"], again["shared_build"], again["line"], again["lines"]) == (True, 3, 2, 3)
+
+
 # -- end to end on real answers ------------------------------------------------------------------
 
 TRANSCRIPT = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts" / "search_scaffold.jsonl"
