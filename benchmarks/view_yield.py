@@ -35,6 +35,7 @@ from kernelwright.llm.registry import make_backend  # noqa: E402
 from kernelwright.scaffold import SegmentKind, assemble, plan_tasks, precheck_many, skeleton  # noqa: E402
 from kernelwright.scaffold.gemm_skeleton import triton_gemm_kernel  # noqa: E402
 from kernelwright.strategies import parse_regime, search  # noqa: E402
+from kernelwright.strategies.search.parts import prompt_vars  # noqa: E402
 from kernelwright.strategies.base import RunContext  # noqa: E402
 from kernelwright.tasks import load_tasks  # noqa: E402
 
@@ -47,12 +48,12 @@ def whole_view(sc) -> str:
     seg = sc.segment
     if sc.target == "cuda":
         kernel, indent, helpers = skeleton.cuda_kernel(seg)
-        return helpers + skeleton._marked(kernel, indent, "//")[1]
+        return helpers + skeleton.marked_kernel(kernel, indent, "//")[1]
     if seg.kind == SegmentKind.GEMM:
         kernel, indent = triton_gemm_kernel(seg)
     else:
         kernel, indent = skeleton.triton_kernel(seg)
-    return skeleton._marked(kernel, indent, "#")[1]
+    return skeleton.marked_kernel(kernel, indent, "#")[1]
 
 
 def classify(sc, plan, regions: list[str]) -> Counter:
@@ -95,9 +96,9 @@ def main() -> int:
             continue  # the view is the kernel itself: nothing to compare
         for arm in args.arms.split(","):
             shown = sc if arm == "view" else sc.model_copy(update={"kernel_view": whole_view(sc)})
-            ctx._scaffold = shown
-            request = ctx._request(ctx.messages(prompts.render("task", **search.prompt_vars(ctx))), args.n,
-                                   search.DEFAULT_TEMPERATURE, args.max_tokens, args.seed)
+            ctx.use_scaffold(shown)
+            request = ctx.request(ctx.messages(prompts.render("task", **prompt_vars(ctx))), args.n,
+                                  search.DEFAULT_TEMPERATURE, args.max_tokens, args.seed)
             started = time.monotonic()
             comps = backend.generate([request])[0]
             took = time.monotonic() - started

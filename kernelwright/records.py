@@ -68,7 +68,7 @@ class Verdict(str, enum.Enum):
     # Only in --compile-only mode, where nothing runs: the sources built (or compiled to objects).
     COMPILED = "compiled"
     # A sample that passed the region pre-check but was not built, because a sample more answers
-    # agreed on was built first and verified (strategies/search.py); or any candidate whose study
+    # agreed on was built first and verified (strategies/search/); or any candidate whose study
     # cell's clock ran out while it waited for the judge (evaluator.clock_ran_out).
     NOT_BUILT = "not_built"
 

@@ -230,7 +230,7 @@ def table_v(scored: list[Scored]) -> Table:
         steps = [_funnel(a) for a in attempts]
         verified = sum(1 for a, st in zip(attempts, steps)
                        if st.built and a.eval.verdict == Verdict.CORRECT and a.eval.custom_kernel)
-        # a region search composed from lines that passed (search_steps.py) is built, not sampled
+        # a region search composed from lines that passed (strategies/search/steps.py) is built, not sampled
         drawn = [not (a.notes.get("search") or {}).get("composed") for a in attempts]
         counts = [sum(getattr(st, f) and (d or f == "built") for st, d in zip(steps, drawn)) for f in Funnel._fields]
         rows.append([g, str(sum(drawn)), *map(str, counts), str(verified),

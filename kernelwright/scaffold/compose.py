@@ -42,7 +42,7 @@ def _library_twin(plan: ScaffoldPlan, gemm: ScaffoldPlan, target: str) -> Scaffo
     """The skeleton that leaves the GEMM to the library (cuBLAS through torch) and runs the same
     epilogue as an elementwise kernel after it, where a region written for the GEMM skeleton is one
     for it too: the same lines after the GEMM, over inputs of the same names. Speed search times
-    both with the verified region (search_parts._tune): the library's GEMM and one extra pass over
+    both with the verified region (strategies/search/tune.py): the library's GEMM and one extra pass over
     its output is about 1.0x torch.compile; the fp32 GEMM skeleton in 3xTF32 1.1-1.9x (H200,
     docs/results/skeleton-speed-h200.md), fp16 and bf16 GEMMs in Triton near cuBLAS's."""
     if not plan.available or plan.segment is None or plan.segment.kind != SegmentKind.ELEMENTWISE:

@@ -26,7 +26,7 @@ fp16 / bf16 operands use the tensor cores as they are, accumulating in fp32.
 Launch settings: a `@triton.autotune` list of tile shapes, stages and warps keyed on (M, N, K), not
 the `KW_LAUNCH` line the other skeletons carry. The best GEMM tile depends on the shape and the GPU,
 and Triton times the configs in the process at the first call, one compile each; a `KW_LAUNCH`
-variant is a whole evaluation (search.py's launch sweep). Configs with tiles past the problem's
+variant is a whole evaluation (search's launch sweep, strategies/search/tune.py). Configs with tiles past the problem's
 next power of two are pruned before timing; under the interpreter (TRITON_INTERPRET=1, the CPU
 tests) only the first config left is run, its timings saying nothing about a GPU.
 """
@@ -37,10 +37,10 @@ from kernelwright.scaffold.skeleton import (
     BCAST_HELPER,
     PLACEHOLDER,
     PY_DTYPES,
-    _marked,
-    _scaffold,
     abridge,
     extra_shaping,
+    make_scaffold,
+    marked_kernel,
     math_line,
 )
 from kernelwright.scaffold.types import KernelArg, Scaffold, ScaffoldPlan, Segment
@@ -371,11 +371,11 @@ def write_triton_gemm(plan: ScaffoldPlan, seg: Segment, products: str = "") -> S
     spec = seg.gemm
     assert spec is not None
     kernel, indent = triton_gemm_kernel(seg, products)
-    kernel_prog, kernel_view = _marked(kernel, indent, "#", gemm_view(kernel, seg))
+    kernel_prog, kernel_view = marked_kernel(kernel, indent, "#", gemm_view(kernel, seg))
     header = "import math\nimport os\n\nimport torch\nimport triton\nimport triton.language as tl\n"
     helper = BCAST_HELPER + "\n\n" if any(a.pattern == "broadcast" for a in seg.extras) else ""
     split = SPLIT_HELPERS if _split(spec.a.dtype, products) else ""
     program = (f"{header}\n{plan.prelude}\n{_configs_text(spec.a.dtype, products)}\n{PRUNE}\n{TILE_ORDER}{split}\n"
                f"{kernel_prog}\n\n{_launcher(seg, products)}\n\n{helper}{_wrapper(seg)}\n\n{plan.model_new}")
-    sc = _scaffold(plan, seg, "triton", program, kernel_view, indent, "# (empty: y stays x)", "python")
+    sc = make_scaffold(plan, seg, "triton", program, kernel_view, indent, "# (empty: y stays x)", "python")
     return sc.model_copy(update={"variables": variables(seg)})

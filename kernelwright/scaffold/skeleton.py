@@ -285,14 +285,14 @@ def _variables(seg: Segment, target: str) -> list[str]:
     return lines + [math_line(target, seg)]
 
 
-def _scaffold(plan: ScaffoldPlan, seg: Segment, target: str, program: str, kernel_view: str, indent: str,
+def make_scaffold(plan: ScaffoldPlan, seg: Segment, target: str, program: str, kernel_view: str, indent: str,
               default: str, language: str) -> Scaffold:
     return Scaffold(task_id=plan.task_id, target=target, available=True, reason=plan.reason, segment=seg,
                     program=program, placeholder=indent + PLACEHOLDER, default_region=default, indent=indent,
                     language=language, kernel_view=kernel_view, variables=_variables(seg, target))
 
 
-def _marked(body: str, indent: str, comment: str, view_body: Optional[str] = None) -> tuple[str, str]:
+def marked_kernel(body: str, indent: str, comment: str, view_body: Optional[str] = None) -> tuple[str, str]:
     """(program text, view text) of a kernel whose region sits at PLACEHOLDER. `view_body`, where
     given, is the kernel as the model is shown it (see `cuda_view`); the program is `body`."""
     program = body.replace(f"{indent}{PLACEHOLDER}",
@@ -831,7 +831,7 @@ def _cuda(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
                   f"        {_ptr_args(seg)}, rows, static_cast<int>(cols), stage);\n"
                   "    C10_CUDA_KERNEL_LAUNCH_CHECK();\n")
     decl, host = _host(seg, "is_cuda()", launch, tuple(default_launch(seg, "cuda")))
-    kernel_prog, kernel_view = _marked(kernel, indent, "//", cuda_view(seg))
+    kernel_prog, kernel_view = marked_kernel(kernel, indent, "//", cuda_view(seg))
     # load_inline starts cuda_sources with <torch/types.h>, all the host code needs; <torch/extension.h>
     # (the whole C++ frontend and pybind11) would make nvcc take 2-3x as long (main.cpp has it)
     includes = ("#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAException.h>\n#include <math.h>\n"
@@ -956,7 +956,7 @@ def _cpp(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
     tail = "n" if seg.kind == SegmentKind.ELEMENTWISE else "rows, cols"
     launch = f"    kw_fused_kernel({_ptr_args(seg)}, {tail});\n"
     _, host = _host(seg, "device().is_cpu()", launch)
-    kernel_prog, kernel_view = _marked(kernel, indent, "//", cpp_view(seg))
+    kernel_prog, kernel_view = marked_kernel(kernel, indent, "//", cpp_view(seg))
     cflags, ldflags, attribute = cpp_build()
     kernel_prog = kernel_prog.replace("static void kw_fused_kernel(", f"{attribute}static void kw_fused_kernel(", 1)
     src = f"#include <torch/extension.h>\n#include <cmath>\n#include <algorithm>\n{CPP_VECTOR_MATH}\n{kernel_prog}\n{host}"
@@ -1031,7 +1031,7 @@ def _load_inline_scaffold(plan: ScaffoldPlan, seg: Segment, target: str, kernel_
     program = _assemble_program(plan, header, kernel_part, _wrapper(seg, call))
     default = ("// (empty: y stays x)" if seg.kind == SegmentKind.ELEMENTWISE else
                "// (empty: y stays 0)" if seg.per_row_output else "// (empty)")
-    return _scaffold(plan, seg, target, program, kernel_view, indent, default, target)
+    return make_scaffold(plan, seg, target, program, kernel_view, indent, default, target)
 
 
 # ---- Triton --------------------------------------------------------------------------------------
@@ -1155,7 +1155,7 @@ def _triton(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
     # line was the answer (H200: 6 of 13 row answers were `y = tl.sum(x * 0.0, axis=0)`)
     view = triton_kernel(seg, shown=True)[0]
     view = view.replace(ROW_Y_INIT, "") if seg.per_row_output else view
-    kernel_prog, kernel_view = _marked(kernel, indent, "#", view)
+    kernel_prog, kernel_view = marked_kernel(kernel, indent, "#", view)
     args = ", ".join(["x"] + [p for a in seg.extras for p in
                               ([a.name, f"{a.name}_inner", f"{a.name}_span"] if a.pattern == "broadcast"
                                else [a.name])])
@@ -1168,7 +1168,7 @@ def _triton(plan: ScaffoldPlan, seg: Segment) -> Scaffold:
     header = "import math\n\nimport torch\nimport triton\nimport triton.language as tl\n"
     call = f"kw_launch({', '.join(['x'] + _ext_args(seg))})"
     program = _assemble_program(plan, header, kernel_prog + "\n\n" + launcher, _wrapper(seg, call))
-    return _scaffold(plan, seg, "triton", program, kernel_view, indent, default, "python")
+    return make_scaffold(plan, seg, "triton", program, kernel_view, indent, default, "python")
 
 
 # ---- several regions, one build ------------------------------------------------------------------
