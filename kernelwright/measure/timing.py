@@ -23,8 +23,9 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
@@ -312,6 +313,36 @@ def below_floor(cand: TimingStats, ref: TimingStats, margin: float = 0.5, min_fl
 
 # --- the candidate against the reference, each in its own runner process (judge.py) -------------
 
+def _timed_call(served: Any, staged: Any, flush: _Flusher, cuda: bool, run_null: bool = False) -> tuple[Any, float]:
+    """One served call under the judge's clock: from writing the inputs into the arena to the
+    outputs copied out (on a GPU: synchronized in the judge too, so side-stream work is inside)."""
+    served.before_call()  # outside the clock: the runner's process tree idle since its last reply
+    flush()
+    if cuda:
+        _synchronize()
+    t0 = _perf_counter()
+    out = served.run_null(staged) if run_null else served.run(staged)
+    if cuda:
+        _synchronize()  # the judge's copies of the outputs are done
+    ms = (_perf_counter() - t0) * 1e3
+    served.after_call()
+    return out, ms
+
+
+@contextmanager
+def _threads_set(threads: Optional[int], *served: Any) -> Iterator[None]:
+    """Every runner at `threads` threads for the pair's calls (None: as they are), back after."""
+    if threads is not None:
+        for runner in served:
+            runner.threads(threads)
+    try:
+        yield
+    finally:
+        if threads is not None:
+            for runner in served:
+                runner.threads(None)
+
+
 def time_served_pair(candidate: Any, reference: Any, draw: Callable[[], list[Any]],
                      check: Callable[[Any, Any, list[Any]], Optional[str]], device: torch.device, cfg: TimingConfig,
                      bandwidth: Optional[float] = None, threads: Optional[int] = None,
@@ -347,52 +378,34 @@ def time_served_pair(candidate: Any, reference: Any, draw: Callable[[], list[Any
     fresh_place = True
 
     def timed(served: Any, staged: Any, run_null: bool = False) -> tuple[Any, float]:
-        served.before_call()  # outside the clock: the runner's process tree idle since its last reply
-        flush()
-        if cuda:
-            _synchronize()
-        t0 = _perf_counter()
-        out = served.run_null(staged) if run_null else served.run(staged)
-        if cuda:
-            _synchronize()  # the judge's copies of the outputs are done
-        ms = (_perf_counter() - t0) * 1e3
-        served.after_call()
-        return out, ms
+        return _timed_call(served, staged, flush, cuda, run_null)
 
-    with DeviceLock(str(device)), torch.no_grad():
-        if threads is not None:
-            candidate.threads(threads)
-            reference.threads(threads)
-        try:
-            for i in range(cfg.warmup + cfg.iters):
-                inputs = draw()
-                staged_c, staged_r = candidate.stage(inputs), reference.stage(inputs)
-                # who goes first alternates: a call that follows the judge's own work (draw, stage,
-                # check) and one that follows the other's call are not alike on a busy machine
-                if i % 2 == 0:
-                    out_c, ms_c = timed(candidate, staged_c)
-                    out_r, ms_r = timed(reference, staged_r)
-                else:
-                    out_r, ms_r = timed(reference, staged_r)
-                    out_c, ms_c = timed(candidate, staged_c)
+    with DeviceLock(str(device)), torch.no_grad(), _threads_set(threads, candidate, reference):
+        for i in range(cfg.warmup + cfg.iters):
+            inputs = draw()
+            staged_c, staged_r = candidate.stage(inputs), reference.stage(inputs)
+            # who goes first alternates: a call that follows the judge's own work (draw, stage,
+            # check) and one that follows the other's call are not alike on a busy machine
+            if i % 2 == 0:
+                out_c, ms_c = timed(candidate, staged_c)
+                out_r, ms_r = timed(reference, staged_r)
+            else:
+                out_r, ms_r = timed(reference, staged_r)
+                out_c, ms_c = timed(candidate, staged_c)
+            if i >= cfg.warmup:
+                samples_c.append(ms_c)
+                samples_r.append(ms_r)
+            same = identical(candidate.inputs_after(staged_c), reference.inputs_after(staged_r))
+            _check_call(i, cfg, same, check(out_r, out_c, inputs))
+            floor_bytes = footprint.tensor_bytes(inputs) + footprint.tensor_bytes(out_r)
+            if null is not None:  # after the checks: it writes the reference's inputs again
+                _, ms_n = timed(null, staged_r, run_null=True)
                 if i >= cfg.warmup:
-                    samples_c.append(ms_c)
-                    samples_r.append(ms_r)
-                same = identical(candidate.inputs_after(staged_c), reference.inputs_after(staged_r))
-                _check_call(i, cfg, same, check(out_r, out_c, inputs))
-                floor_bytes = footprint.tensor_bytes(inputs) + footprint.tensor_bytes(out_r)
-                if null is not None:  # after the checks: it writes the reference's inputs again
-                    _, ms_n = timed(null, staged_r, run_null=True)
-                    if i >= cfg.warmup:
-                        samples_n.append(ms_n)
-                # let this call's inputs and outputs go before the next draw: at KernelBench's
-                # sizes two calls' sets at once are gigabytes more on the device (footprint.py)
-                fresh_place = fresh_place and staged_c.fresh_place and staged_r.fresh_place
-                del inputs, staged_c, staged_r, out_c, out_r
-        finally:
-            if threads is not None:
-                candidate.threads(None)
-                reference.threads(None)
+                    samples_n.append(ms_n)
+            # let this call's inputs and outputs go before the next draw: at KernelBench's
+            # sizes two calls' sets at once are gigabytes more on the device (footprint.py)
+            fresh_place = fresh_place and staged_c.fresh_place and staged_r.fresh_place
+            del inputs, staged_c, staged_r, out_c, out_r
     clock = (f"{'wall-clock+device-sync' if cuda else 'wall-clock'} in the judge around each runner's request "
              "and reply (inputs copied in, outputs copied out)")
     return _pair_timing(samples_c, samples_r, clock, cfg, threads, before, floor_bytes, bandwidth, samples_n,
