@@ -102,6 +102,7 @@ class Judge:
               perturb: Optional[list[str]] = None) -> tuple[list[Any], Any]:
         from kernelwright.evaluate.remote import Refused
 
+        proven: dict[str, int] = {}
         for _ in range(SPOT_RETRIES):
             try:
                 staged = self._ask(self.cand.stage, inputs, like)
@@ -111,8 +112,13 @@ class Judge:
                     raise self._claim(e.reply) from None
                 continue  # failed on a spot check's noise: it depended on it; ask again
             if not reply.perturbed:
+                if proven and not reply.calls:
+                    # the same inputs asked again: a memo of them (keyed by value) may answer without
+                    # custom calls, and the spotted call just proved custom code makes this output
+                    reply = reply.model_copy(update={"calls": proven})
                 return out, reply
             self._spotted(like, out, inputs, reply.perturbed)  # then ask again for an answer to judge
+            proven = dict(reply.calls)
         raise Finish("runtime_error", f"{SPOT_RETRIES} calls in a row reported spot-checked custom outputs")
 
     def _checks(self) -> None:
