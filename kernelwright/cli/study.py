@@ -18,6 +18,7 @@ study_app = typer.Typer(add_completion=False, no_args_is_help=True, cls=Commands
 from kernelwright.cli.console import err, fail, out
 from kernelwright.errors import EXIT_BAD_INPUT, EXIT_GPU_GONE
 from kernelwright.evaluate.evaluator import EvalConfig
+from kernelwright.strategies.defaults import DEFAULT_REGIME
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -38,7 +39,7 @@ def run_cmd(
     study_file: Annotated[Path | None, typer.Argument(help="A study file (TOML); flags override its keys.")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="The study folder.")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model spec (docs/backends.md).")] = None,
-    regimes: Annotated[list[str] | None, typer.Option("--regime", "-r", help="Regime spec, repeatable or comma-separated (e.g. agentic,agentic+no_retrieval).")] = None,
+    regimes: Annotated[list[str] | None, typer.Option("--regime", "-r", help=f"Regime spec, repeatable or comma-separated (e.g. agentic,agentic+no_retrieval); default: {DEFAULT_REGIME}.")] = None,
     tasks: Annotated[list[str] | None, typer.Option("--tasks", "-t", help="Task spec, repeatable (builtin[:levels[:ids]], kernelbench:ROOT..., a folder, a task id).")] = None,
     n: Annotated[int | None, typer.Option(help="Samples per generation step.")] = None,
     turns: Annotated[int | None, typer.Option(help="Turns for iterative/agentic.")] = None,
