@@ -11,24 +11,7 @@ import sys
 import pytest
 
 from kernelwright.strategies import REGIMES
-
-RELU = '''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(4, 8)]
-
-
-def get_init_inputs():
-    return []
-'''
+from tests.optimize.test_bad_input import GOOD  # a module that imports and runs
 
 
 def _run(model):
@@ -51,7 +34,7 @@ def _optimize(model, tmp_path):
     from kernelwright.optimize.request import prepare
 
     module = tmp_path / "relu.py"
-    module.write_text(RELU)
+    module.write_text(GOOD)
     opts = prepare(str(module), device="cpu", model=model, size="full").opts
     return opts.regime, opts.scaffold, opts.target
 
