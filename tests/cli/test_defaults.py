@@ -53,3 +53,12 @@ def test_run_help_lists_every_regime():
     assert p.returncode == 0, p.stderr
     line = next(ln for ln in p.stdout.splitlines() if "--regime" in ln)
     assert all(name in line for name in REGIMES) and "search" in line, line
+
+
+def test_the_scaffold_flag_overrides_the_rule_alike_and_a_regime_spec_overrides_the_flag(tmp_path):
+    from kernelwright.study.spec import load_spec, one_cell
+
+    run = one_cell("builtin/L1/03_softmax", "guided", 0, "cpu", scaffold=False)
+    study = load_spec(None, {"out": str(tmp_path), "regimes": ["guided", "guided+scaffold"], "scaffold": False})
+    assert not run.regime_config("guided", 0).scaffold and not study.regime_config("guided", 0).scaffold
+    assert study.regime_config("guided+scaffold", 0).scaffold
