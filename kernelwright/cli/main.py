@@ -208,6 +208,8 @@ def run_cmd(
     from kernelwright.tasks.sizing import check_size, sized_task
 
     check_size(size)
+    # compile_baseline stated: a study with a search regime would turn it on (StudySpec); a run
+    # keeps the evaluator's default and times only its candidates
     spec = one_cell(task, regime, seed, device, out=out_dir, model=model, target=target, scaffold=scaffold, n=n,
                     turns=turns, max_tokens=max_tokens, executor=executor,
                     eval={"timeout": timeout, "iters": iters, "size": size, "compile_baseline": False})
