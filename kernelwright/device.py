@@ -252,6 +252,3 @@ def available_cores() -> int:
 def device_kind(device: str) -> str:
     return "cpu" if device == "cpu" else "cuda"
 
-
-def default_target(device: str) -> str:
-    return "cpp" if device == "cpu" else "cuda"

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from kernelwright.errors import EXIT_NOT_FASTER
 from kernelwright.evaluate.evaluator import EvalConfig
 from kernelwright.records import TimingStats
+from kernelwright.strategies.defaults import DEFAULT_REGIME
 
 # The exit codes live in kernelwright/errors.py; what they mean for optimize:
 # 0 kept a verified custom kernel faster than the reference beyond noise; 2 bad input, caught
@@ -19,7 +20,7 @@ from kernelwright.records import TimingStats
 class Options(BaseModel):
     """The run's settings, resolved (device and target chosen, defaults filled in)."""
 
-    regime: str = "routed"
+    regime: str = DEFAULT_REGIME
     model: Optional[str] = None  # None: the embedded default model
     device: str = "cpu"
     target: str = "cpp"
