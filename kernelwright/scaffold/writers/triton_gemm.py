@@ -33,17 +33,19 @@ tests) only the first config left is run, its timings saying nothing about a GPU
 
 from __future__ import annotations
 
-from kernelwright.scaffold.skeleton import (
+from typing import Optional
+
+from kernelwright.scaffold.types import KernelArg, Scaffold, ScaffoldPlan, Segment, SegmentKind
+from kernelwright.scaffold.writers.base import (
     BCAST_HELPER,
     PLACEHOLDER,
     PY_DTYPES,
-    _marked,
-    _scaffold,
     abridge,
     extra_shaping,
-    math_line,
+    make_scaffold,
+    marked_kernel,
 )
-from kernelwright.scaffold.types import KernelArg, Scaffold, ScaffoldPlan, Segment
+from kernelwright.scaffold.writers.triton import triton_math_line
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps), largest tiles first: Triton's matmul tutorial's
 # list for NVIDIA GPUs. fp32 operands under a one-dot product take BLOCK_K at most 32 (twice the
@@ -346,7 +348,7 @@ def variables(seg: Segment) -> list[str]:
     for a in seg.extras:
         lines.append(f"`{a.name}` (float32, the same BLOCK_M x BLOCK_N tile, one value per output element): {a.describe}")
     lines.append("`y` (already set to x): assign the result tile to it; it is stored where `mask` is True")
-    return lines + [math_line("triton", seg)]
+    return lines + [triton_math_line(seg)]
 
 
 def gemm_view(kernel: str, seg: Segment) -> str:
@@ -371,11 +373,30 @@ def write_triton_gemm(plan: ScaffoldPlan, seg: Segment, products: str = "") -> S
     spec = seg.gemm
     assert spec is not None
     kernel, indent = triton_gemm_kernel(seg, products)
-    kernel_prog, kernel_view = _marked(kernel, indent, "#", gemm_view(kernel, seg))
+    kernel_prog, kernel_view = marked_kernel(kernel, indent, "#", gemm_view(kernel, seg))
     header = "import math\nimport os\n\nimport torch\nimport triton\nimport triton.language as tl\n"
     helper = BCAST_HELPER + "\n\n" if any(a.pattern == "broadcast" for a in seg.extras) else ""
     split = SPLIT_HELPERS if _split(spec.a.dtype, products) else ""
     program = (f"{header}\n{plan.prelude}\n{_configs_text(spec.a.dtype, products)}\n{PRUNE}\n{TILE_ORDER}{split}\n"
                f"{kernel_prog}\n\n{_launcher(seg, products)}\n\n{helper}{_wrapper(seg)}\n\n{plan.model_new}")
-    sc = _scaffold(plan, seg, "triton", program, kernel_view, indent, "# (empty: y stays x)", "python")
-    return sc.model_copy(update={"variables": variables(seg)})
+    return make_scaffold(plan, seg, "triton", program, kernel_view, indent, "# (empty: y stays x)", "python",
+                         variables(seg))
+
+
+class TritonGemmWriter:
+    """The GEMM family on Triton: the kernel computes the GEMM, the region is its epilogue."""
+
+    target = "triton"
+    kinds = (SegmentKind.GEMM,)
+
+    def write(self, plan: ScaffoldPlan, seg: Segment) -> Scaffold:
+        return write_triton_gemm(plan, seg)
+
+    def default_launch(self, seg: Segment) -> dict[str, int]:
+        return {}  # the kernel's @triton.autotune config list picks tiles, stages and warps
+
+    def launch_grid(self, seg: Segment) -> list[dict[str, int]]:
+        return []  # autotuned in the kernel: a variant here would be an evaluation per tile shape
+
+    def shared_programs(self, sc: Scaffold, regions: list[str]) -> Optional[list[str]]:
+        return None  # a Triton kernel is compiled at launch: there is no build to share
