@@ -184,16 +184,20 @@ def segment_wrapper(seg: Segment, call: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ext_args(seg: Segment) -> list[str]:
-    """Arguments after x passed from Python to the compiled function, in order."""
+def extra_params(seg: Segment) -> list[str]:
+    """The extra inputs as the kernel's launcher takes them: each one's name, a broadcast one's
+    inner and span after it."""
     out = []
     for a in seg.extras:
         out.append(a.name)
         if a.pattern == "broadcast":
             out += [f"{a.name}_inner", f"{a.name}_span"]
-    if seg.kind == SegmentKind.ROW:
-        out.append("cols")
     return out
+
+
+def ext_args(seg: Segment) -> list[str]:
+    """Arguments after x passed from Python to the compiled function, in order."""
+    return extra_params(seg) + (["cols"] if seg.kind == SegmentKind.ROW else [])
 
 
 def assemble_program(plan: ScaffoldPlan, header: str, kernel_part: str, wrapper: str) -> str:

@@ -14,6 +14,7 @@ from kernelwright.scaffold.writers.base import (
     RegionWords,
     assemble_program,
     ext_args,
+    extra_params,
     launch_line,
     make_scaffold,
     marked_kernel,
@@ -199,13 +200,8 @@ class TritonWriter:
         view = triton_kernel(seg, shown=True)[0]
         view = view.replace(ROW_Y_INIT, "") if seg.per_row_output else view
         kernel_prog, kernel_view = marked_kernel(kernel, indent, "#", view)
-        args = ", ".join(["x"] + [p for a in seg.extras for p in
-                                  ([a.name, f"{a.name}_inner", f"{a.name}_span"] if a.pattern == "broadcast"
-                                   else [a.name])])
-        launcher = ("def kw_launch(x, " + ", ".join(
-            [p for a in seg.extras for p in ([a.name, f"{a.name}_inner", f"{a.name}_span"]
-                                             if a.pattern == "broadcast" else [a.name])]
-            + (["cols"] if seg.kind == SegmentKind.ROW else [])) + "):\n").replace("(x, )", "(x)")
+        args = ", ".join(["x"] + extra_params(seg))
+        launcher = ("def kw_launch(x, " + ", ".join(ext_args(seg)) + "):\n").replace("(x, )", "(x)")
         launcher += launch.replace("{args}", args) + "    return out\n"
         launcher = f"{launch_line(self.default_launch(seg))}\n\n\n{TRITON_ROW_MODE if modes else ''}{launcher}"
         header = "import math\n\nimport torch\nimport triton\nimport triton.language as tl\n"

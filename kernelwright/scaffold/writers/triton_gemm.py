@@ -41,6 +41,7 @@ from kernelwright.scaffold.writers.base import (
     PLACEHOLDER,
     PY_DTYPES,
     abridge,
+    extra_params,
     extra_shaping,
     make_scaffold,
     marked_kernel,
@@ -162,15 +163,6 @@ def kw_tile(kw_m, kw_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 '''
 
 
-def _extra_params(seg: Segment) -> list[str]:
-    out = []
-    for a in seg.extras:
-        out.append(a.name)
-        if a.pattern == "broadcast":
-            out += [f"{a.name}_inner", f"{a.name}_span"]
-    return out
-
-
 def _load(a: KernelArg) -> str:
     if a.pattern == "scalar":
         return f"    {a.name} = tl.load({a.name}_ptr).to(tl.float32)\n"
@@ -234,7 +226,7 @@ def triton_gemm_kernel(seg: Segment, products: str = "") -> tuple[str, str]:
     operands = ["kw_a_ptr", "kw_a_tail_ptr", "kw_b_ptr", "kw_b_tail_ptr"] if split else ["kw_a_ptr", "kw_b_ptr"]
     strides = [] if split else ["kw_sab", "kw_sam", "kw_sak", "kw_sbb", "kw_sbk", "kw_sbn"]
     params = (operands + (["kw_bias_ptr"] if bias else [])
-              + [p if p.endswith(("_inner", "_span")) else f"{p}_ptr" for p in _extra_params(seg)]
+              + [p if p.endswith(("_inner", "_span")) else f"{p}_ptr" for p in extra_params(seg)]
               + ["out_ptr", "kw_m", "kw_n", "kw_kdim"] + strides
               + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr", "BLOCK_K: tl.constexpr"])
     indent = "    "
@@ -287,7 +279,7 @@ def _wrapper(seg: Segment) -> str:
     if spec.bias is not None:
         lines.append("    kw_bias = kw_bias.contiguous()")
     lines += extra_shaping(seg.extras, "shape", "the output")
-    lines.append(f"    return kw_launch({', '.join(gemm_params + _extra_params(seg) + ['shape'])})")
+    lines.append(f"    return kw_launch({', '.join(gemm_params + extra_params(seg) + ['shape'])})")
     return "\n".join(lines) + "\n"
 
 
@@ -295,7 +287,7 @@ def _launcher(seg: Segment, products: str = "") -> str:
     spec = seg.gemm
     assert spec is not None
     gemm_params = ["kw_a", "kw_b"] + (["kw_bias"] if spec.bias is not None else [])
-    lines = [f"def kw_launch({', '.join(gemm_params + _extra_params(seg) + ['shape'])}):"]
+    lines = [f"def kw_launch({', '.join(gemm_params + extra_params(seg) + ['shape'])}):"]
     if spec.batched:
         lines += ["    kw_batch, kw_m, kw_kdim = kw_a.shape",
                   "    kw_n = kw_b.shape[2]"]
@@ -328,7 +320,7 @@ def _launcher(seg: Segment, products: str = "") -> str:
                       "    kw_sbk, kw_sbn = kw_b.stride()"]
         operands = ["kw_a", "kw_b"]
         strides = ",\n                          kw_sab, kw_sam, kw_sak, kw_sbb, kw_sbk, kw_sbn"
-    rest = gemm_params[2:] + _extra_params(seg)
+    rest = gemm_params[2:] + extra_params(seg)
     lines += [f"    out = torch.empty(shape, device=kw_a.device, dtype={PY_DTYPES[seg.out_dtype]})",
               "    grid = lambda meta: (triton.cdiv(kw_m, meta['BLOCK_M']) * triton.cdiv(kw_n, meta['BLOCK_N']), kw_batch)",
               f"    kw_fused_kernel[grid]({', '.join(operands + rest)}, out, kw_m, kw_n, kw_kdim{strides})",
