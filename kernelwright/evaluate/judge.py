@@ -42,7 +42,7 @@ from kernelwright.evaluate.candidate_load import (  # noqa: E402
 from kernelwright.evaluate import proof  # noqa: E402
 from kernelwright.evaluate.channel import Channel  # noqa: E402
 from kernelwright.evaluate.remote import RemoteRunner  # noqa: E402
-from kernelwright.records import BuildJob, EvalJob, parse_job  # noqa: E402
+from kernelwright.records import BuildJob, EvalJob, measured, parse_job  # noqa: E402
 
 try:
     import resource
@@ -597,7 +597,7 @@ class Judge:
         if share is not None and share > LIBRARY_LIMIT and seen.library_ops:
             self.fields["custom_kernel"] = False
             raise Finish("no_custom_kernel", f"the custom code's compute is ATen's: {ops}, dispatched from inside "
-                         f"custom calls, took {100 * share:.0f}% of their time")
+                         f"custom calls, took {measured(100 * share, 2)}% of their time")
 
 
 # Above this share of the custom calls' time in ATen compute they dispatch, the work is the library's.

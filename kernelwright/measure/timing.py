@@ -31,7 +31,7 @@ import torch
 
 from kernelwright.device import DeviceLock
 from kernelwright.measure import footprint
-from kernelwright.records import TimingStats
+from kernelwright.records import TimingStats, measured
 
 _perf_counter = time.perf_counter
 _Event = torch.cuda.Event
@@ -289,8 +289,8 @@ def pair_fields(pair: PairTiming, cuda: bool) -> dict[str, Any]:
     if below_floor(cand, ref, margin, GPU_MIN_FLOOR_MS if cuda else CPU_MIN_FLOOR_MS):
         raise TimedCallRejected(
             "time below the physical floor",
-            f"median {cand.median_ms:.4g} ms is below {margin:g}x the physical floor of a call "
-            f"({cand.floor_ms:.4g} ms: its input and output bytes over the memory bandwidth)")
+            f"median {measured(cand.median_ms, 4)} ms is below {margin:g}x the physical floor of a call "
+            f"({measured(cand.floor_ms, 4)} ms: its input and output bytes over the memory bandwidth)")
     speedup = ref.median_ms / cand.median_ms if cand.median_ms > 0 else None
     fields: dict[str, Any] = {
         "timing": cand.model_dump(), "ref_timing": ref.model_dump(), "runtime_ms": cand.median_ms,
