@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests._tiers import _tier_of
 
 
@@ -36,6 +38,7 @@ def test_the_costliest_files_run_first_each_in_its_own_order(tmp_path):
     assert ids == ["test_b", "test_a", "test_c"] + [f"test_f{i}" for i in range(5)], out.stdout + out.stderr
 
 
+@pytest.mark.build  # its programs are named like a build tool: the session's own watch sees them as this test's
 def test_the_watch_names_what_its_test_started_and_not_what_ran_before(tmp_path):
     """A program named like a build tool, started during the test, is the test's; one started before
     the test began and still running (a session's server) is not."""
