@@ -1,7 +1,7 @@
 # The device runs of docs/results/ (GPU studies and benchmarks), through the device tool; see
 # ops/README.md. Usage on the device, from the checkout:
 #   bash ops/device_session.sh chunk|place|check|skel|skelt|gemm|search|steps STUDY...|kb|side|start|opt|
-#                              ray|scaling|copy|pool|simple K/N|gputests FILES|poll S|collect
+#                              ray|scaling|copy|pool|simple K/N|gputests FILES|handshake|poll S|collect
 # Long jobs run detached (`setsid nohup`: a job left in the call's process group dies with the call)
 # from a copy of the checkout (/tmp/kwb), so that a later call's fresh checkout cannot change them;
 # each writes its log under /tmp/kwout. The machine is given back shortly after a call ends: while a
@@ -184,6 +184,9 @@ ray)  # `ray r0` then `ray r1`: Ray's cp312 wheel (79 MB: `head -c 42M WHEEL > .
       /tmp/ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl .carry/raydeps/*.whl
     python3 -c "import ray; print('ray', ray.__version__)"
   fi ;;
+handshake)  # the device-side timing handshake's fixed cost (benchmarks/gpu_event_handshake.py), in the
+  # foreground: a few minutes, nothing else on the GPU
+  python3 benchmarks/gpu_event_handshake.py "${@:2}" | tee /tmp/kwout/handshake.md ;;
 poll)  # wait up to $2 seconds for the detached jobs, printing where they are. Only command lines that
   # start with python count: the call's own `bash -c` names the jobs too, and matching it would wait
   # out the whole poll after the jobs had ended
