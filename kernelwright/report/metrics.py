@@ -65,6 +65,17 @@ class Scored:
         return r is not None and r.verdict == Verdict.CORRECT and r.custom_kernel
 
     @property
+    def template_only(self) -> bool:
+        """The pick verifies as the system's template alone: its region was empty, or the template
+        computes the output by itself (a lone GEMM). A launch variant is what it varies."""
+        return verified_by_template(self.pick, self.attempts) if self.pick is not None else False
+
+    @property
+    def model_correct(self) -> bool:
+        """Correct with a custom kernel whose math the model wrote (not template-only)."""
+        return self.custom_correct and not self.template_only
+
+    @property
     def timed(self) -> bool:
         r = self.result
         return r is not None and r.speedup is not None
@@ -99,6 +110,7 @@ class GroupStats:
     custom_correct: int
     fast: int
     untimed_custom_correct: int  # correct picks without a timing: fast_1 cannot be stated
+    model_correct: int = 0  # correct with a custom kernel whose region the model wrote
     fast_vs_compile: int = 0
     uncompiled_custom_correct: int = 0  # correct picks without a torch.compile timing
     speedups: list[float] = field(default_factory=list)
@@ -133,6 +145,16 @@ class GroupStats:
         return geomean(self.speedups)
 
 
+def verified_by_template(a: StudyAttempt, attempts: list[StudyAttempt]) -> bool:
+    """From the scaffold's note (logs before the note's `template_only` key: an empty region only);
+    a launch variant (notes.search.of) takes its verified attempt's."""
+    of = (a.notes.get("search") or {}).get("of")
+    if of is not None:
+        a = next((x for x in attempts if x.id == of), a)
+    note = a.notes.get("scaffold") or {}
+    return bool(note.get("template_only", note.get("empty", False)))
+
+
 def geomean(xs: Iterable[float]) -> float | None:
     xs = [x for x in xs if x and x > 0]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
@@ -142,6 +164,7 @@ def stats(group: str, scored: list[Scored]) -> GroupStats:
     return GroupStats(
         group=group, cells=len(scored), compiled=sum(s.compiled for s in scored),
         correct=sum(s.correct for s in scored), custom_correct=sum(s.custom_correct for s in scored),
+        model_correct=sum(s.model_correct for s in scored),
         fast=sum(s.fast for s in scored),
         untimed_custom_correct=sum(s.custom_correct and not s.timed for s in scored),
         fast_vs_compile=sum(s.fast_vs_compile for s in scored),

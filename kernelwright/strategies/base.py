@@ -270,5 +270,8 @@ class Prepared:
 
 def assembly_note(sc: "Scaffold", assembly: Any) -> dict[str, Any]:
     """notes["scaffold"] of an answer spliced into `sc`: the region used and what was repaired."""
+    # template_only: what verifies is the system's kernel, not the model's (an empty region, or a
+    # lone GEMM whose template alone computes the output): Table I counts it apart
     return {"region": assembly.region, "repairs": assembly.repairs, "empty": assembly.empty,
-            "kind": sc.segment.kind.value, "reason": sc.reason}
+            "kind": sc.segment.kind.value, "reason": sc.reason,
+            "template_only": assembly.empty or sc.segment.pass_through}

@@ -193,3 +193,29 @@ def test_table_i_counts_the_share_of_work_in_custom_code():
     # a correct custom pick without a measured share: the count cannot be stated
     unmeasured = row([0.9, None])
     assert unmeasured["correct (custom > 1/2)"] == "n/a" and unmeasured["median share in custom code"] == "90% (n=1)"
+
+
+def test_a_kernel_the_template_verifies_alone_is_counted_apart_from_the_models():
+    """Honest credit: a pick whose scaffold region was empty, or a lone GEMM the template computes by
+    itself, is correct with a custom kernel but not model-written; a launch variant of it is what
+    it varies; a region the model wrote counts in both."""
+    def scored(i, notes, pick_notes=None):
+        a = attempt(f"h/search/builtin/L2/0{i}_x", "r1", 0, 0, result(Verdict.CORRECT, speedup=1.1))
+        a.notes = notes
+        attempts, pick = [a], a
+        if pick_notes is not None:  # a launch variant of `a`, picked
+            v = attempt(f"h/search/builtin/L2/0{i}_x", "r1", 0, 1, result(Verdict.CORRECT, speedup=1.2))
+            v.notes = {"search": {"tune": {"BLOCK": 256}, "of": a.id}}
+            attempts, pick = [a, v], v
+        return metrics.Scored(cell=cell(a.cell_key, "r1", attempts, pick), group="search", pick=pick,
+                              attempts=attempts)
+
+    picks = [scored(1, {"scaffold": {"region": "y = x * 2.0", "empty": False, "template_only": False}}),
+             scored(2, {"scaffold": {"region": "", "empty": False, "template_only": True}}),
+             scored(3, {"scaffold": {"region": "y = acc", "empty": False, "template_only": True}}, pick_notes={}),
+             scored(4, {"scaffold": {"region": "", "empty": True}})]  # a log from before the key: empty only
+    assert [p.template_only for p in picks] == [False, True, True, True]
+    t1 = tables.table_i(picks)
+    row = dict(zip(t1.header, t1.rows[0]))
+    assert row["correct (custom kernel)"] == "100.0%" and row["correct (model-written)"] == "25.0%"
+    assert tables.table_ii(picks).rows[0][1] == "4/4 (100%; model-written 1)"
