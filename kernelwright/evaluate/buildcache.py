@@ -44,6 +44,7 @@ _KEY = re.compile(r"^[0-9a-f]{24}$")
 MAX_ARTIFACT_BYTES = 1 << 30
 SUFFIX = ".so"
 FAILED = "FAILED"  # in a trusted build's folder: the build failed; the file holds the error text
+OBJECTS = "OBJECTS"  # in a trusted build's folder: compiled to objects, not linked (compile-only)
 MAX_FAILURE_BYTES = 64 << 10
 
 
@@ -143,6 +144,14 @@ def record_failures(scratch: str, root: str, keys: set[str]) -> list[str]:
         except OSError as e:
             log.warning("could not record the failed build %s: %s", key, e)
     return done
+
+
+def compiled_objects(scratch: str, keys: set[str]) -> list[str]:
+    """The keys of `keys` the trusted builder compiled to objects only (a compile-only build with a
+    CPU torch): nothing to cache, but the build succeeded. Only a plain marker file counts."""
+    builds = Path(scratch) / "builds"
+    return [key for key in sorted(keys) if _KEY.match(key) and not (builds / key).is_symlink()
+            and _regular(builds / key / OBJECTS)]
 
 
 def promote(scratch: str, root: str, only: set[str]) -> list[str]:
