@@ -75,7 +75,9 @@ def untrusted_calls(job: EvalJob) -> int:
     except (SyntaxError, ValueError, RecursionError):
         return 0
     loads = sum(1 for n in ast.walk(tree) if isinstance(n, ast.Call) and _callee(n.func) == "load")
-    return buildspec.literal_builds(job.candidate_source).calls - len(job.trusted_builds) + loads
+    specs = buildspec.literal_builds(job.candidate_source)
+    decided = {t.name for t in job.trusted_builds}
+    return specs.calls - len(specs.builds) + sum(b.name not in decided for b in specs.builds) + loads
 
 
 def _callee(func: ast.expr) -> Optional[str]:

@@ -136,7 +136,8 @@ def _elf(e_type: int) -> bytes:
 
 
 # two load_inline calls whose arguments are computed: not the trusted builder's to build
-COMPUTED = "from torch.utils.cpp_extension import load_inline\nfor n in 'ab':\n    load_inline(name=n, cpp_sources=n)\n" * 2
+COMPUTED = "from torch.utils.cpp_extension import load_inline\n" + \
+    "for n in 'ab':\n    load_inline(name=n, cpp_sources=n)\n" * 2
 
 
 def _job(tmp_path, trusted=(), source=COMPUTED):
