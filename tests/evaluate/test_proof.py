@@ -104,6 +104,13 @@ def test_fake_triton_class_is_not_a_kernel(bias_relu, proof_cfg):
     assert r.verdict == Verdict.NO_CUSTOM_KERNEL, (r.verdict, r.error)
 
 
+def test_real_triton_kernel_is_compiled(bias_relu, proof_cfg):
+    """The control for the two above: a triton.jit function, with Triton loaded in the runner."""
+    pytest.importorskip("triton")
+    r = evaluate(bias_relu, (CANDIDATES / "gpu" / "correct_triton.py").read_text(), proof_cfg(compile_only=True))
+    assert r.verdict == Verdict.COMPILED, (r.verdict, r.error, r.output_tail)
+
+
 def test_forged_compile_only_verdict_is_not_compiled(bias_relu, proof_cfg):
     """A library planted where builds go, a forged build record and a rebound verdict function: the
     judge decides from what it finds itself, and this candidate's source builds nothing."""
