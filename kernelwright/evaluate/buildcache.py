@@ -32,7 +32,7 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 from kernelwright.analysis.roofline import PEAKS_FILE
 from kernelwright.evaluate.taxonomy import is_disk_full
@@ -67,13 +67,16 @@ def torch_version() -> Optional[str]:
         return None
 
 
-def build_key(arguments: dict, arch: str, torch_version: str) -> str:
+def build_key(arguments: dict, arch: str, torch_version: str, env: Optional[Mapping[str, str]] = None) -> str:
     """What names a build: load_inline's arguments as passed (not the build folder or verbosity),
-    the CUDA arch list and the torch version. One function for the worker and the parent."""
+    the CUDA arch list, the torch version and the compilers of `env`, the environment the build
+    runs in (the parent passes the worker's: compile-only adds CUDA_HOME to it; the worker's own
+    is os.environ). One function for the worker and the parent."""
+    env = os.environ if env is None else env
     material = {k: v for k, v in arguments.items() if k not in ("build_directory", "verbose")}
     material["arch"] = arch
     material["torch"] = torch_version
-    material["toolchain"] = {k: os.environ[k] for k in _TOOLCHAIN_ENV if os.environ.get(k)}
+    material["toolchain"] = {k: env[k] for k in _TOOLCHAIN_ENV if env.get(k)}
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 

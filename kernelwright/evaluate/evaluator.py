@@ -491,7 +491,7 @@ def shared_builds(code: str, cfg: EvalConfig, job: EvalJob, run: SandboxRun) -> 
     env = sandbox_env(cfg)
     arch = _gpu_arch(job.device) if job.device.startswith("cuda") else env.get("TORCH_CUDA_ARCH_LIST", "")
     root = str(builds_root(cfg))
-    keyed = {buildcache.build_key(b.arguments, arch, torch_version): b for b in specs.builds}
+    keyed = {buildcache.build_key(b.arguments, arch, torch_version, env): b for b in specs.builds}
     present = [k for k, b in keyed.items() if buildcache.lookup(root, buildcache.SHARED, k, b.name)[0] is not None]
     present += [k for k in keyed if k not in present and buildcache.failure(root, k) is not None]
     todo = {k: b for k, b in keyed.items() if k not in present}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 
 import pytest
 import torch
@@ -102,6 +103,37 @@ def test_caught_failed_build_is_not_compiled(bias_relu, proof_cfg):
 def test_fake_triton_class_is_not_a_kernel(bias_relu, proof_cfg):
     r = evaluate(bias_relu, (HOSTILE / "compile_fake_triton.py").read_text(), proof_cfg(compile_only=True))
     assert r.verdict == Verdict.NO_CUSTOM_KERNEL, (r.verdict, r.error)
+
+
+TINY_CUDA = """
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline(name="kw_fixture_tiny_objects", cpp_sources="int tiny_host() { return 1; }",
+                  cuda_sources="__global__ void tiny_kernel(float* x) { x[0] = 1.f; }", no_implicit_headers=True)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+
+    def forward(self, x):
+        return torch.relu(x + self.bias)
+"""
+
+
+@pytest.mark.build
+@pytest.mark.nvcc
+@pytest.mark.skipif(torch.version.cuda is not None or not shutil.which("nvcc"), reason="objects only: a CPU torch, nvcc")
+def test_trusted_objects_only_build_decides_and_is_not_built_twice(bias_relu, proof_cfg):
+    """Compile-only with a CPU torch: the trusted builder compiles the literal call to objects; the
+    judge reads that outcome, and the candidate's runner does not compile it again."""
+    r = evaluate(bias_relu, TINY_CUDA, proof_cfg(compile_only=True))
+    assert r.verdict == Verdict.COMPILED, (r.verdict, r.error, r.output_tail)
+    assert r.builds[0]["cache_scope"] == "shared (objects)" and r.build_products == []
+    assert r.stages[0].name == "shared_build" and r.stages[0].detail.startswith("0 cached, 1 built")
 
 
 def test_real_triton_kernel_is_compiled(bias_relu, proof_cfg):
