@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import itertools
 import os
 import struct
 from dataclasses import dataclass, field
@@ -105,7 +106,8 @@ def scan(workdir: str) -> Seen:
 
 def _folder(path: str, depth: int, seen: Seen, budget: list[int]) -> None:
     try:
-        entries = list(os.scandir(path))[: max(budget[0], 0)]
+        with os.scandir(path) as listing:
+            entries = list(itertools.islice(listing, max(budget[0], 0)))
     except OSError:
         return
     budget[0] -= len(entries)

@@ -21,7 +21,8 @@ verdict, never earn one; outputs and times are only ever the judge's own observa
 Order of work: setup, load_reference, compile (the runner imports the candidate; builds run
 there), init, correctness (trials on fresh inputs), timing (alternating with the reference's
 runner), recheck (unseen inputs after timing), work (work.py's probes, run by the candidate's
-runner, judged here on the judge's own reference outputs).
+runner, judged here on the judge's own reference outputs). A compile-only job ends after compile,
+with this process's own verdict on what was built (built.py).
 """
 
 from __future__ import annotations
