@@ -136,6 +136,40 @@ def test_trusted_objects_only_build_decides_and_is_not_built_twice(bias_relu, pr
     assert r.stages[0].name == "shared_build" and r.stages[0].detail.startswith("0 cached, 1 built")
 
 
+COMPUTED_BUILD = """
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+try:  # arguments computed at run time: not the trusted builder's to build
+    load_inline(name=f"kw_fixture_computed_{len('ab')}", cpp_sources="int computed() { return 1; }{BREAK}",
+                no_implicit_headers=True, is_python_module=False)
+except Exception:
+    pass
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+
+    def forward(self, x):
+        return torch.relu(x + self.bias)
+"""
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("broken,expected", [(False, Verdict.COMPILED), (True, Verdict.COMPILE_ERROR)])
+def test_computed_build_is_judged_from_the_scratch(bias_relu, proof_cfg, broken, expected):
+    """A build the trusted builder cannot take: the judge reads its folder in the scratch itself, a
+    library there is checked and hashed, and sources left without one are a failed build."""
+    source = COMPUTED_BUILD.replace("{BREAK}", " int broken( {" if broken else "")
+    r = evaluate(bias_relu, source, proof_cfg(compile_only=True))
+    assert r.verdict == expected, (r.verdict, r.error, r.output_tail)
+    names = [os.path.basename(p.path) for p in r.build_products if p.elf == "shared object"]
+    assert names == ([] if broken else ["kw_fixture_computed_2.so"])
+
+
 def test_real_triton_kernel_is_compiled(bias_relu, proof_cfg):
     """The control for the two above: a triton.jit function, with Triton loaded in the runner."""
     pytest.importorskip("triton")
