@@ -105,22 +105,13 @@ def test_fake_triton_class_is_not_a_kernel(bias_relu, proof_cfg):
     assert r.verdict == Verdict.NO_CUSTOM_KERNEL, (r.verdict, r.error)
 
 
-TINY_CUDA = """
-import torch
-import torch.nn as nn
+# the honest PyTorch rewrite, with one build beside it (the builds below are what is judged)
+TORCH_ONLY = (CANDIDATES / "cpu" / "torch_only.py").read_text()
+TINY_CUDA = TORCH_ONLY + """
 from torch.utils.cpp_extension import load_inline
 
 ext = load_inline(name="kw_fixture_tiny_objects", cpp_sources="int tiny_host() { return 1; }",
                   cuda_sources="__global__ void tiny_kernel(float* x) { x[0] = 1.f; }", no_implicit_headers=True)
-
-
-class ModelNew(nn.Module):
-    def __init__(self, features):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(features))
-
-    def forward(self, x):
-        return torch.relu(x + self.bias)
 """
 
 
@@ -136,9 +127,7 @@ def test_trusted_objects_only_build_decides_and_is_not_built_twice(bias_relu, pr
     assert r.stages[0].name == "shared_build" and r.stages[0].detail.startswith("0 cached, 1 built")
 
 
-COMPUTED_BUILD = """
-import torch
-import torch.nn as nn
+COMPUTED_BUILD = TORCH_ONLY + """
 from torch.utils.cpp_extension import load_inline
 
 try:  # arguments computed at run time: not the trusted builder's to build
@@ -146,15 +135,6 @@ try:  # arguments computed at run time: not the trusted builder's to build
                 no_implicit_headers=True, is_python_module=False)
 except Exception:
     pass
-
-
-class ModelNew(nn.Module):
-    def __init__(self, features):
-        super().__init__()
-        self.bias = nn.Parameter(torch.randn(features))
-
-    def forward(self, x):
-        return torch.relu(x + self.bias)
 """
 
 
