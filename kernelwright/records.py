@@ -337,6 +337,14 @@ class Confinement(BaseModel):
     trusted: bool = False
 
 
+class BuildProduct(BaseModel):
+    """A build product the judge found and checked itself (evaluate/built.py)."""
+
+    path: str
+    sha256: str
+    elf: str  # "object" or "shared object"
+
+
 class EvalResult(Versioned):
     """The one record the evaluator returns for a candidate; `--json` prints exactly this."""
 
@@ -389,6 +397,8 @@ class EvalResult(Versioned):
     # calling at::addmm); above judge.LIBRARY_LIMIT the verdict is no_custom_kernel. None: not measured.
     library_share: Optional[float] = None
     builds: list[dict[str, Any]] = Field(default_factory=list)  # each load_inline/load call: name, seconds, ok
+    # compile-only: the products the judge found and checked itself, never the runner's word
+    build_products: list[BuildProduct] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)  # for review: e.g. speedup_above_10x
     cheat_reasons: list[str] = Field(default_factory=list)
@@ -490,6 +500,17 @@ class TimingSpec(BaseModel):
     flush_cache: bool
 
 
+class TrustedBuild(BaseModel):
+    """What the trusted builder made of one literal build of a candidate (evaluate/builder.py), as the
+    parent observed it outside any box: the judge's compile-only evidence for that build."""
+
+    key: str
+    name: str
+    ok: bool
+    error: Optional[str] = None  # the builder's error text, where it failed
+    objects_only: bool = False  # compiled to objects, not linked (compile-only with a CPU torch)
+
+
 class EvalJob(BaseModel):
     """One candidate against one task, for the judge (evaluate/judge.py)."""
 
@@ -509,6 +530,7 @@ class EvalJob(BaseModel):
     prebuild: bool = False  # import the candidate (its builds land in the cache) and stop
     builds_root: str  # the cache's on the host; the sandbox points it at its copy of `cache_keys`
     cache_keys: list[str] = Field(default_factory=list)  # the trusted builder's keys this job may load
+    trusted_builds: list[TrustedBuild] = Field(default_factory=list)  # set by the parent, never the box
     compat: str = "kernelwright"
     workdir: str = ""  # the judge's private scratch: set by the sandbox
     nonce: str = ""  # authenticates the judge's messages: set by the sandbox, never logged
@@ -525,6 +547,7 @@ class BuildJob(BaseModel):
     kind: Literal["build"] = "build"
     arch: str
     builds: list[BuildRequest]
+    compile_only: bool = False  # build as `eval --compile-only` does (objects only where torch lacks CUDA)
     workdir: str = ""
     nonce: str = ""
 

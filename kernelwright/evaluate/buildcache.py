@@ -32,7 +32,7 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 from kernelwright.analysis.roofline import PEAKS_FILE
 from kernelwright.evaluate.taxonomy import is_disk_full
@@ -44,6 +44,7 @@ _KEY = re.compile(r"^[0-9a-f]{24}$")
 MAX_ARTIFACT_BYTES = 1 << 30
 SUFFIX = ".so"
 FAILED = "FAILED"  # in a trusted build's folder: the build failed; the file holds the error text
+OBJECTS = "OBJECTS"  # in a trusted build's folder: compiled to objects, not linked (compile-only)
 MAX_FAILURE_BYTES = 64 << 10
 
 
@@ -66,13 +67,16 @@ def torch_version() -> Optional[str]:
         return None
 
 
-def build_key(arguments: dict, arch: str, torch_version: str) -> str:
+def build_key(arguments: dict, arch: str, torch_version: str, env: Optional[Mapping[str, str]] = None) -> str:
     """What names a build: load_inline's arguments as passed (not the build folder or verbosity),
-    the CUDA arch list and the torch version. One function for the worker and the parent."""
+    the CUDA arch list, the torch version and the compilers of `env`, the environment the build
+    runs in (the parent passes the worker's: compile-only adds CUDA_HOME to it; the worker's own
+    is os.environ). One function for the worker and the parent."""
+    env = os.environ if env is None else env
     material = {k: v for k, v in arguments.items() if k not in ("build_directory", "verbose")}
     material["arch"] = arch
     material["torch"] = torch_version
-    material["toolchain"] = {k: os.environ[k] for k in _TOOLCHAIN_ENV if os.environ.get(k)}
+    material["toolchain"] = {k: env[k] for k in _TOOLCHAIN_ENV if env.get(k)}
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
@@ -143,6 +147,14 @@ def record_failures(scratch: str, root: str, keys: set[str]) -> list[str]:
         except OSError as e:
             log.warning("could not record the failed build %s: %s", key, e)
     return done
+
+
+def compiled_objects(scratch: str, keys: set[str]) -> list[str]:
+    """The keys of `keys` the trusted builder compiled to objects only (a compile-only build with a
+    CPU torch): nothing to cache, but the build succeeded. Only a plain marker file counts."""
+    builds = Path(scratch) / "builds"
+    return [key for key in sorted(keys) if _KEY.match(key) and not (builds / key).is_symlink()
+            and _regular(builds / key / OBJECTS)]
 
 
 def promote(scratch: str, root: str, only: set[str]) -> list[str]:

@@ -13,6 +13,9 @@ computed into the shared scope of the build cache (buildcache.py). A build that 
 error text (torch's exception, the compiler's output in it) in `<key>/FAILED` instead; the parent
 records it in the shared scope too, and the worker raises it where its own load_inline would have
 raised the same, so a failing build costs one compile, not two, and ends in the same verdict.
+For a compile-only job it builds as the worker's compile-only `load_inline` would (candidate_load.
+build_fn): where that compiles to objects only, `<key>/OBJECTS` says it did, and the build's
+success or failure, observed by the parent, is the judge's evidence for that build (built.py).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import shutil
 import sys
 from typing import IO
 
-from kernelwright.evaluate import buildcache
+from kernelwright.evaluate import buildcache, candidate_load
 from kernelwright.records import BuildJob
 
 
@@ -34,13 +37,18 @@ def run(job: BuildJob, outbox: int) -> None:
         return  # a torch whose loader moved: build nothing rather than load a build here
     cpp_extension._import_module_from_library = lambda *a, **k: None  # build, never load
     os.environ["TORCH_CUDA_ARCH_LIST"] = job.arch  # the arch the worker will build for
+    load_inline = candidate_load.build_fn(job.compile_only, False) or cpp_extension.load_inline
     for build in job.builds:
         folder = os.path.join(job.workdir, "trusted-builds", build.key)
         os.makedirs(folder, exist_ok=True)
         arguments = {**build.arguments, "build_directory": folder, "verbose": False}
         name = f"{arguments.get('name')}{buildcache.SUFFIX}"
         try:
-            cpp_extension.load_inline(**arguments)
+            built = load_inline(**arguments)
+            if isinstance(getattr(built, "__dict__", {}).get("__objects__"), list):
+                # compile-only with a CPU torch: objects, no library to cache; the parent is told so
+                _deliver(outbox, build.key, buildcache.OBJECTS, io.BytesIO(b"compiled, not linked\n"))
+                continue
             with open(os.path.join(folder, name), "rb") as f:
                 _deliver(outbox, build.key, name, f)
         except Exception as e:  # noqa: BLE001 - recorded; the worker raises it as its own build's

@@ -146,8 +146,7 @@ def import_source(source: str, modname: str, filename: str, workdir: str,
 
 
 def import_candidate(source: str, workdir: str, counter: Any, compile_only: bool,
-                     fields: dict[str, Any], preamble: Optional[str] = None,
-                     roots: tuple[str, ...] = ()) -> types.ModuleType:
+                     fields: dict[str, Any], preamble: Optional[str] = None) -> types.ModuleType:
     """Import the candidate as `kw_candidate` (its builds run here); raises Finish with the verdict
     a failed import earns."""
     from kernelwright.evaluate import taxonomy
@@ -163,71 +162,13 @@ def import_candidate(source: str, workdir: str, counter: Any, compile_only: bool
         failed_build = any(not b["ok"] for b in counter.builds)
         if not failed_build and not isinstance(e, (ImportError, AttributeError, TypeError)):
             if compile_only and is_no_gpu_error(e):
-                # import stopped at code that needs a GPU: what was built before it decides
-                raise Finish(*compile_only_verdict(sys.modules.get("kw_candidate"), counter.builds,
-                                                   roots)) from e
+                # import stopped at code that needs a GPU: what was built before it decides, as the
+                # judge sees it (built.py); this verdict only says that the import ended
+                raise Finish("no_custom_kernel", f"the import stopped at code that needs a GPU: {error_text(e)}") from e
             raise Finish(*classify_runtime(e)) from e
         verdict = taxonomy.classify_build_failure(type(e).__name__, str(e), log)
         fields["compiled"] = False
         raise Finish(verdict.value, error_text(e, log)) from e
-
-
-def compile_only_verdict(module: Optional[types.ModuleType], builds: list[dict[str, Any]],
-                         roots: tuple[str, ...]) -> tuple[str, Optional[str]]:
-    """A compile-only job's verdict from what was built, never from what the candidate says: a build
-    that failed decides even when the candidate caught its error; otherwise `compiled` needs a
-    build product on disk where this process's builds go (`roots`: the scratch's builds, the build
-    cache), or a real Triton kernel object (`triton_kernels`)."""
-    from kernelwright.evaluate import taxonomy
-
-    failed = [b for b in builds if not b.get("ok")]
-    if failed:
-        text = str(failed[0].get("error") or "the build failed")
-        verdict = taxonomy.classify_build_failure(str(failed[0].get("error_type") or "RuntimeError"), text)
-        return verdict.value, f"a build failed (its error was caught by the candidate): {text}"
-    if any(product_built(p, roots) for b in builds for p in b.get("products") or []):
-        return "compiled", None
-    if module is not None and triton_kernels(module):
-        return "compiled", None  # Triton compiles at its first launch: a real kernel object is all there is
-    return "no_custom_kernel", "compile-only: the candidate built nothing and defines no Triton kernel"
-
-
-def product_built(path: str, roots: tuple[str, ...]) -> bool:
-    """`path` is a compiled object or library (ELF, not empty) under one of `roots`."""
-    try:
-        real = os.path.realpath(path)
-        if not any(os.path.commonpath([real, os.path.realpath(r)]) == os.path.realpath(r) for r in roots if r):
-            return False
-        with open(real, "rb") as f:
-            return f.read(4) == b"\x7fELF"
-    except (OSError, ValueError):
-        return False
-
-
-def triton_kernels(module: types.ModuleType) -> list[str]:
-    """The module's Triton kernels by their real type (triton.jit's JITFunction, the interpreter's
-    function, autotuner and heuristics wrappers around one), never by what a class calls itself."""
-    try:
-        from triton.runtime.jit import JITFunction, KernelInterface
-    except Exception:  # noqa: BLE001 - no Triton here: nothing can be a Triton kernel
-        return []
-    kernels: tuple[type, ...] = (JITFunction,)
-    try:
-        from triton.runtime.interpreter import InterpretedFunction
-
-        kernels += (InterpretedFunction,)
-    except Exception:  # noqa: BLE001
-        pass
-    found = []
-    for name, value in list(vars(module).items()):
-        for _ in range(4):  # Autotuner(Heuristics(JITFunction)): each keeps the next in `fn`
-            if type(value) in kernels:
-                found.append(name)
-                break
-            if not isinstance(value, KernelInterface) or type(value).__module__.split(".")[0] != "triton":
-                break
-            value = getattr(value, "fn", None)
-    return found
 
 
 def is_no_gpu_error(e: BaseException) -> bool:

@@ -37,6 +37,7 @@ from kernelwright.records import (
     Stage,
     Task,
     TimingSpec,
+    TrustedBuild,
     Verdict,
     sha256_text,
 )
@@ -408,6 +409,7 @@ def _run_in_sandbox(task: Task, code: str, code_hash: str, cfg: EvalConfig, run:
         shared = shared_builds(code, cfg, job, run)
         if shared is not None:
             job.cache_keys = list(shared.keys)
+            job.trusted_builds = shared.trusted
         if shared is not None and shared.timed_out:
             # the compile of the candidate's own arguments hung: the worker's would hang the same
             return EvalResult(verdict=Verdict.TIMEOUT, error=f"killed after {cfg.timeout:.0f} s during stage "
@@ -463,6 +465,7 @@ class SharedBuilds:
     covers_all: bool  # every load_inline call of the candidate is in the shared scope now
     seconds: float
     failed: list[str] = field(default_factory=list)  # built now and failed (the error is kept)
+    trusted: list[TrustedBuild] = field(default_factory=list)  # each key's outcome (the judge's evidence)
     timed_out: bool = False
     confinement: Any = None  # the builder's, when it ran
 
@@ -475,10 +478,9 @@ class SharedBuilds:
 
 def shared_builds(code: str, cfg: EvalConfig, job: EvalJob, run: SandboxRun) -> Optional[SharedBuilds]:
     """Build the candidate's literal load_inline calls with the trusted builder, into the shared
-    scope of the build cache, unless they are there already. None when there is nothing to do
-    (no literal call, compile-only objects, a torch without version metadata)."""
-    if cfg.compile_only:
-        return None  # objects only: nothing a later evaluation could load
+    scope of the build cache, unless they are there already (compile-only objects are built each
+    time: nothing a later evaluation could load). None when there is nothing to do (no literal
+    call, a torch without version metadata)."""
     specs = buildspec.literal_builds(code)
     if not specs.builds:
         return None
@@ -489,32 +491,51 @@ def shared_builds(code: str, cfg: EvalConfig, job: EvalJob, run: SandboxRun) -> 
     env = sandbox_env(cfg)
     arch = _gpu_arch(job.device) if job.device.startswith("cuda") else env.get("TORCH_CUDA_ARCH_LIST", "")
     root = str(builds_root(cfg))
-    keyed = {buildcache.build_key(b.arguments, arch, torch_version): b for b in specs.builds}
+    keyed = {buildcache.build_key(b.arguments, arch, torch_version, env): b for b in specs.builds}
     present = [k for k, b in keyed.items() if buildcache.lookup(root, buildcache.SHARED, k, b.name)[0] is not None]
     present += [k for k in keyed if k not in present and buildcache.failure(root, k) is not None]
     todo = {k: b for k, b in keyed.items() if k not in present}
     built: list[str] = []
+    objects: list[str] = []
     failed: list[str] = []
     timed_out, confinement = False, None
     for key, build in todo.items():
         # one box per key: a hostile flag's command runs where no other key's build is
-        build_job = BuildJob(arch=arch, builds=[BuildRequest(key=key, arguments=build.arguments)])
+        build_job = BuildJob(arch=arch, builds=[BuildRequest(key=key, arguments=build.arguments)],
+                             compile_only=cfg.compile_only)
         outcome = run(build_job, timeout=max(1.0, cfg.timeout - (time.monotonic() - started)), env=env,
                       held=sandbox_hold(cfg, prebuild=True))
         timed_out, confinement = outcome.timed_out, outcome.confinement
         try:
             # only the key computed here: whatever else the builder's outbox holds stays there
             built += buildcache.promote(outcome.scratch, root, only={key})
+            objects += buildcache.compiled_objects(outcome.scratch, {key} - set(built))
             if not timed_out:  # a build cut short did not fail: the worker tries it itself
-                failed += buildcache.record_failures(outcome.scratch, root, {key} - set(built))
+                failed += buildcache.record_failures(outcome.scratch, root, {key} - set(built) - set(objects))
         finally:
             confine.remove_tree(outcome.scratch)
         if timed_out:
             break
-    usable = [k for k, b in keyed.items() if buildcache.lookup(root, buildcache.SHARED, k, b.name)[0] is not None]
-    return SharedBuilds(keys=list(keyed), built=built, present=present, failed=failed,
-                        covers_all=specs.complete and len(usable) == len(keyed),
+    trusted = trusted_outcomes(root, keyed, objects)
+    usable = [t.key for t in trusted if t.ok and not t.objects_only]
+    return SharedBuilds(keys=list(keyed), built=built + objects, present=present, failed=failed,
+                        covers_all=specs.complete and len(usable) == len(keyed), trusted=trusted,
                         seconds=time.monotonic() - started, timed_out=timed_out, confinement=confinement)
+
+
+def trusted_outcomes(root: str, keyed: dict[str, buildspec.LiteralBuild], objects: list[str]) -> list[TrustedBuild]:
+    """What the trusted builder made of each literal build, read here, outside any box: a verified
+    library in the shared scope, objects compiled now (compile-only), or a recorded failure. A key
+    with none of them (a build cut short) is left out: the worker builds it itself."""
+    found = []
+    for key, build in keyed.items():
+        if buildcache.lookup(root, buildcache.SHARED, key, build.name)[0] is not None:
+            found.append(TrustedBuild(key=key, name=build.name, ok=True))
+        elif key in objects:
+            found.append(TrustedBuild(key=key, name=build.name, ok=True, objects_only=True))
+        elif (text := buildcache.failure(root, key)) is not None:
+            found.append(TrustedBuild(key=key, name=build.name, ok=False, error=text))
+    return found
 
 
 _arch_cache: dict[str, str] = {}

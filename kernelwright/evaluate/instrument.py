@@ -103,6 +103,7 @@ class BuildPlace:
 
     scratch: str
     cache_root: Optional[str] = None
+    compiled: frozenset[str] = frozenset()  # keys the trusted builder compiled to objects (compile-only)
 
 
 def install(counter: CallCounter, place: Optional[BuildPlace] = None,
@@ -188,6 +189,13 @@ def _keyed_build(real: Callable[..., Any], signature: inspect.Signature, place: 
             # the trusted builder compiled exactly these arguments and failed: the same error
             record["cache_scope"] = "shared (failed)"
             raise _rebuilt_error(failed)
+        if key in place.compiled:
+            # compiled to objects by the trusted builder (compile-only with a CPU torch): nothing to
+            # load, and the judge takes its evidence from the builder, not from this process
+            from kernelwright.evaluate.compile_only import CompiledNotLinked
+
+            record["cache_scope"] = "shared (objects)"
+            return CompiledNotLinked(name, [])
         folder, record["cache"] = buildcache.lookup(place.cache_root, buildcache.SHARED, key, name)
         if folder is not None:
             record["cache_scope"] = "shared"

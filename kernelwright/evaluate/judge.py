@@ -21,7 +21,8 @@ verdict, never earn one; outputs and times are only ever the judge's own observa
 Order of work: setup, load_reference, compile (the runner imports the candidate; builds run
 there), init, correctness (trials on fresh inputs), timing (alternating with the reference's
 runner), recheck (unseen inputs after timing), work (work.py's probes, run by the candidate's
-runner, judged here on the judge's own reference outputs).
+runner, judged here on the judge's own reference outputs). A compile-only job ends after compile,
+with this process's own verdict on what was built (built.py).
 """
 
 from __future__ import annotations
@@ -92,9 +93,7 @@ class Judge:
         verdict = reply.verdict if reply.verdict in CLAIMABLE else "runtime_error"
         if verdict == "cheat":
             return Finish("cheat", reply.error, cheat_reasons=[reply.error or "cheat"])
-        if not importing and verdict in ("compiled", "compile_error", "syntax_error"):
-            verdict = "runtime_error"
-        if verdict == "compiled" and not self.job.compile_only:
+        if not importing and verdict in ("compile_error", "syntax_error"):
             verdict = "runtime_error"
         return Finish(verdict, reply.error)
 
@@ -241,9 +240,9 @@ class Judge:
         self._ask(ref.post, init_request(job.seed, self.init_inputs))
 
     def _import_candidate(self, kernelbench: bool) -> Optional[Finish]:
-        """The candidate's runner imports the candidate (its builds run there). Returns the claim
-        that ends the evaluation once the stage is recorded as done: a compile-only job's own end
-        (compiled, no custom kernel) is a stage that went well; any other claim is raised here."""
+        """The candidate's runner imports the candidate (its builds run there). Returns the verdict
+        that ends a compile-only job once the stage is recorded as done (compiled, no custom kernel:
+        a stage that went well); any other ends the evaluation here."""
         from kernelwright.evaluate.link import Import
 
         job = self.job
@@ -251,13 +250,25 @@ class Judge:
             source=job.candidate_source, workdir=job.workdir, device=job.device,
             compile_only=bool(job.compile_only), prebuild=bool(job.prebuild),
             builds_root=job.builds_root,
+            compiled_keys=[t.key for t in job.trusted_builds if t.ok and t.objects_only],
             preamble=job.task_source if kernelbench else None))
-        self.fields["builds"] = reply.builds
-        claim = None if reply.ok else self._claim(reply, importing=True)
-        # a compile-only job ends after its import: the stage itself went well
-        if claim is not None and not (job.compile_only and claim.verdict in ("compiled", "no_custom_kernel")):
-            raise claim
-        return claim
+        self.fields["builds"] = reply.builds  # the runner's account, for the record: never evidence
+        if job.compile_only and (reply.ok or reply.verdict == "no_custom_kernel"):
+            return self._built()
+        if not reply.ok:
+            raise self._claim(reply, importing=True)
+        return None
+
+    def _built(self) -> Finish:
+        """A compile-only job's verdict once the import ended: what was built, as this process sees
+        it (built.py), whatever the runner said or computed."""
+        from kernelwright.evaluate import built
+
+        decided, products = built.verdict(self.job, proof.read_maps(getattr(self.cand, "maps_fd", None)))
+        self.fields["build_products"] = [p.model_dump() for p in products]
+        if decided.verdict not in ("compiled", "no_custom_kernel"):
+            raise decided
+        return decided
 
     def _init_candidate(self, kernelbench: bool) -> None:
         """ModelNew(*init_inputs) in the candidate's runner, under the job's seed."""

@@ -26,8 +26,8 @@ _HEADER = struct.Struct("!I")
 # `compiled` ends a compile-only job, whose verdict was only ever the build's own word. Nothing that
 # withholds the verdict or blames the task or the machine (a full disk, the reference failing) can
 # be claimed: the judge and the evaluator observe those themselves.
-CLAIMABLE = {"syntax_error", "compile_error", "hallucinated_api", "runtime_error", "no_custom_kernel", "compiled",
-             "cheat", "out_of_memory"}
+CLAIMABLE = {"syntax_error", "compile_error", "hallucinated_api", "runtime_error", "no_custom_kernel", "cheat",
+             "out_of_memory"}
 
 
 class LinkClosed(Exception):
@@ -56,6 +56,8 @@ class Import(BaseModel):
     compile_only: bool = False
     prebuild: bool = False
     builds_root: Optional[str] = None
+    # compile-only: keys the trusted builder compiled to objects (nothing to load): not built again
+    compiled_keys: list[str] = Field(default_factory=list)
     compile_baseline: bool = False
     # executed in the candidate's module namespace before the candidate (--compat kernelbench: the
     # task module's names, as KernelBench's loader leaves them visible)

@@ -119,9 +119,9 @@ def test_cpp_infinite_loop_times_out(bias_relu, fast_cfg):
 
     # compile-only: it stops after the import
     assert run(bias_relu, "spin_cpp.py", fast_cfg(compile_only=True)).verdict == Verdict.COMPILED
-    # That build is the candidate's own, which the evaluation's trusted builder does not read: it builds
-    # into the shared scope before the worker starts. Build there now, as a pool's prebuild does, so
-    # that the 30 s are the kernel spinning, with room for a loaded machine to load the build.
+    # The trusted builder built it into the shared scope, compile-only too (its literal arguments); a
+    # pool's prebuild finds it there, so that the 30 s are the kernel spinning, with room for a loaded
+    # machine to load the build.
     pre = precheck(bias_relu, (CPU / "spin_cpp.py").read_text(), fast_cfg())
     assert run_prepared(bias_relu, pre, fast_cfg(), prebuild=True).verdict == Verdict.COMPILED
     r = run(bias_relu, "spin_cpp.py", fast_cfg(timeout=30))

@@ -52,8 +52,10 @@ def test_a_runner_claims_only_losing_verdicts(claimed, at_import, later, tmp_pat
     reply = Reply(ok=False, kind="error", verdict=claimed, error="said so")
     assert judge._claim(reply, importing=True).verdict == at_import
     assert judge._claim(reply).verdict == later
+    # nor in compile-only: the judge decides what was built itself (built.py)
     compile_only = Judge(job.model_copy(update={"compile_only": True}), None, None)  # type: ignore[arg-type]
-    assert compile_only._claim(Reply(ok=False, kind="error", verdict="compiled"), importing=True).verdict == "compiled"
+    assert compile_only._claim(Reply(ok=False, kind="error", verdict="compiled"), importing=True).verdict == \
+        "runtime_error"
 
 
 def test_the_arena_is_shared_memory_and_places_calls_apart():

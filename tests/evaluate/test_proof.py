@@ -1,5 +1,5 @@
 """Work proven where it is timed, by code this evaluation built (evaluate/proof.py, work.SpotCheck,
-work.LibraryOps), and compile-only verdicts from what was built (candidate_load.compile_only_verdict).
+work.LibraryOps), and compile-only verdicts from what the judge finds built (evaluate/built.py).
 
 The build tier evaluates hostile fixtures (tests/fixtures/candidates/cpu/hostile/proof_*.py,
 compile_*.py) against an honest control; the proof_* fixtures that build share one C++ source, so
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 
 import pytest
 import torch
 
-from kernelwright.evaluate import evaluate, proof, work
-from kernelwright.evaluate.candidate_load import compile_only_verdict, triton_kernels
+from kernelwright.evaluate import built, evaluate, proof, work
 from kernelwright.records import Verdict
 from kernelwright.tasks import load_task
 
@@ -105,6 +105,67 @@ def test_fake_triton_class_is_not_a_kernel(bias_relu, proof_cfg):
     assert r.verdict == Verdict.NO_CUSTOM_KERNEL, (r.verdict, r.error)
 
 
+# the honest PyTorch rewrite, with one build beside it (the builds below are what is judged)
+TORCH_ONLY = (CANDIDATES / "cpu" / "torch_only.py").read_text()
+TINY_CUDA = TORCH_ONLY + """
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline(name="kw_fixture_tiny_objects", cpp_sources="int tiny_host() { return 1; }",
+                  cuda_sources="__global__ void tiny_kernel(float* x) { x[0] = 1.f; }", no_implicit_headers=True)
+"""
+
+
+@pytest.mark.build
+@pytest.mark.nvcc
+@pytest.mark.skipif(torch.version.cuda is not None or not shutil.which("nvcc"), reason="objects only: a CPU torch, nvcc")
+def test_trusted_objects_only_build_decides_and_is_not_built_twice(bias_relu, proof_cfg):
+    """Compile-only with a CPU torch: the trusted builder compiles the literal call to objects; the
+    judge reads that outcome, and the candidate's runner does not compile it again."""
+    r = evaluate(bias_relu, TINY_CUDA, proof_cfg(compile_only=True))
+    assert r.verdict == Verdict.COMPILED, (r.verdict, r.error, r.output_tail)
+    assert r.builds[0]["cache_scope"] == "shared (objects)" and r.build_products == []
+    assert r.stages[0].name == "shared_build" and r.stages[0].detail.startswith("0 cached, 1 built")
+
+
+COMPUTED_BUILD = TORCH_ONLY + """
+from torch.utils.cpp_extension import load_inline
+
+try:  # arguments computed at run time: not the trusted builder's to build
+    load_inline(name=f"kw_fixture_computed_{len('ab')}", cpp_sources="int computed() { return 1; }{BREAK}",
+                no_implicit_headers=True, is_python_module=False)
+except Exception:
+    pass
+"""
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("broken,expected", [(False, Verdict.COMPILED), (True, Verdict.COMPILE_ERROR)])
+def test_computed_build_is_judged_from_the_scratch(bias_relu, proof_cfg, broken, expected):
+    """A build the trusted builder cannot take: the judge reads its folder in the scratch itself, a
+    library there is checked and hashed, and sources left without one are a failed build."""
+    source = COMPUTED_BUILD.replace("{BREAK}", " int broken( {" if broken else "")
+    r = evaluate(bias_relu, source, proof_cfg(compile_only=True))
+    assert r.verdict == expected, (r.verdict, r.error, r.output_tail)
+    names = [os.path.basename(p.path) for p in r.build_products if p.elf == "shared object"]
+    assert names == ([] if broken else ["kw_fixture_computed_2.so"])
+
+
+def test_real_triton_kernel_is_compiled(bias_relu, proof_cfg):
+    """The control for the two above: a triton.jit function, with Triton loaded in the runner."""
+    pytest.importorskip("triton")
+    r = evaluate(bias_relu, (CANDIDATES / "gpu" / "correct_triton.py").read_text(), proof_cfg(compile_only=True))
+    assert r.verdict == Verdict.COMPILED, (r.verdict, r.error, r.output_tail)
+
+
+def test_forged_compile_only_verdict_is_not_compiled(bias_relu, proof_cfg):
+    """A library planted where builds go, a forged build record and a rebound verdict function: the
+    judge decides from what it finds itself, and this candidate's source builds nothing."""
+    source = (HOSTILE / "compile_forged_verdict.py").read_text()
+    r = evaluate(bias_relu, source, proof_cfg(compile_only=True, static_checks=False))
+    assert r.verdict == Verdict.NO_CUSTOM_KERNEL and r.build_products == [], (r.verdict, r.error, r.output_tail)
+    assert any(b.get("name") == "kw_fixture_forged" for b in r.builds)  # the forged record did reach the runner's
+
+
 def test_proof_fixtures_share_one_build():
     """The proof fixtures that build carry the same C++ source and load_inline call: one build."""
     blocks = {re.search(r'CPP_SOURCE = r""".*?"""\n\next = load_inline\(.*?\)\n', path.read_text(), re.S).group(0)
@@ -114,44 +175,87 @@ def test_proof_fixtures_share_one_build():
 
 # --- the parts --------------------------------------------------------------------------------
 
-def test_compile_only_verdict_reads_what_was_built(tmp_path):
-    roots = (str(tmp_path / "builds"),)
-    obj = tmp_path / "builds" / "k" / "main.o"
-    obj.parent.mkdir(parents=True)
-    obj.write_bytes(b"\x7fELF" + bytes(60))
-    claimed = tmp_path / "elsewhere.o"
-    claimed.write_bytes(b"\x7fELF" + bytes(60))
-    not_elf = tmp_path / "builds" / "k" / "fake.o"
-    not_elf.write_text("object")
-    built = {"name": "e", "ok": True, "products": [str(obj)]}
-    assert compile_only_verdict(None, [built], roots) == ("compiled", None)
-    for products in ([str(claimed)], [str(not_elf)], []):
-        assert compile_only_verdict(None, [{**built, "products": products}], roots)[0] == "no_custom_kernel"
-    failed = {"name": "b", "ok": False, "error_type": "RuntimeError",
-              "error": "main.cpp:1:16: error: expected ')' before '{' token"}
-    verdict, error = compile_only_verdict(None, [built, failed], roots)
-    assert verdict == "compile_error" and "caught" in error
+def _elf(e_type: int) -> bytes:
+    """A minimal ELF file of this machine's kind (the interpreter's header, one section entry)."""
+    import struct
+    import sys
+
+    with open(sys.executable, "rb") as f:
+        head = bytearray(f.read(64))
+    struct.pack_into("<H", head, 16, e_type)
+    struct.pack_into("<Q", head, 40, 64)  # e_shoff: right after the header
+    struct.pack_into("<HH", head, 58, 64, 1)  # e_shentsize, e_shnum
+    return bytes(head) + bytes(64)
 
 
-def test_triton_kernels_are_known_by_their_type():
-    import types
+# two load_inline calls whose arguments are computed: not the trusted builder's to build
+COMPUTED = "from torch.utils.cpp_extension import load_inline\n" + \
+    "for n in 'ab':\n    load_inline(name=n, cpp_sources=n)\n" * 2
 
-    class JITFunction:
-        def run(self):
-            return None
 
-    JITFunction.__module__ = "triton.runtime.jit"
-    fake = types.ModuleType("m")
-    fake.kernel = JITFunction()
-    assert triton_kernels(fake) == []
+def _job(tmp_path, trusted=(), source=COMPUTED):
+    from kernelwright.records import EvalJob, TimingSpec
+
+    return EvalJob(task_source="", candidate_source=source, device="cpu", trials=1, seed=0, input_sets=1,
+                   timing=TimingSpec(warmup=1, iters=1, flush_cache=False), builds_root="", workdir=str(tmp_path),
+                   compile_only=True, trusted_builds=list(trusted))
+
+
+def test_compile_only_verdict_is_what_the_judge_finds(tmp_path):
+    """built.verdict reads the scratch's build folders itself: only a well-formed ELF product of each
+    source counts; sources left without one are a failed build; a link or a bare magic is nothing."""
+    from kernelwright.records import TrustedBuild
+
+    key = tmp_path / "builds" / ("a" * 24)
+    key.mkdir(parents=True)
+    (key / "main.cpp").write_text("int f() { return 0; }")
+    (key / "main.o").write_bytes(_elf(1))
+    decided, products = built.verdict(_job(tmp_path), None)
+    assert decided.verdict == "compiled" and [os.path.basename(p.path) for p in products] == ["main.o"]
+    assert products[0].elf == "object" and len(products[0].sha256) == 64
+    # no build call the trusted builder could not take: what lies in the scratch was planted there
+    decided, products = built.verdict(_job(tmp_path, source="import torch\n"), None)
+    assert decided.verdict == "no_custom_kernel" and products == []
+    for forged in (b"\x7fELF" + bytes(60), _elf(2)):  # a magic alone; an executable, not an object
+        (key / "main.o").write_bytes(forged)
+        assert built.verdict(_job(tmp_path), None)[0].verdict == "compile_error"
+    (key / "main.o").unlink()
+    outside = tmp_path / "elsewhere.o"
+    outside.write_bytes(_elf(1))
+    (key / "main.o").symlink_to(outside)  # never followed
+    assert built.verdict(_job(tmp_path), None)[0].verdict == "compile_error"
+    (key / "main.o").unlink()
+    (key / "main.cpp").unlink()
+    (key / "kw.so").write_bytes(_elf(1))  # an object named as a library
+    assert built.verdict(_job(tmp_path), None)[0].verdict == "no_custom_kernel"
+    (key / "kw.so").write_bytes(_elf(3))
+    (key / "build.ninja").write_text("")
+    (key / "main.cpp").write_text("")
+    assert built.verdict(_job(tmp_path), None)[0].verdict == "compiled"
+    failed = TrustedBuild(key="b" * 24, name="broken", ok=False, error="RuntimeError: main.cpp:1:16: error: "
+                          "expected ')' before '{' token")
+    decided, _ = built.verdict(_job(tmp_path, [failed]), None)
+    assert decided.verdict == "compile_error" and "caught" in decided.error and "broken" in decided.error
+    (key / "kw.so").unlink()
+    ok = TrustedBuild(key="b" * 24, name="fine", ok=True, objects_only=True)
+    assert built.verdict(_job(tmp_path, [ok]), None)[0].verdict == "compile_error"  # the scratch's failure stands
+    (key / "main.cpp").unlink()
+    assert built.verdict(_job(tmp_path, [ok]), None)[0].verdict == "compiled"
+
+
+def test_triton_kernels_are_known_from_the_source_and_the_maps(tmp_path):
+    fake = (HOSTILE / "compile_fake_triton.py").read_text()
+    assert built.triton_jit_functions(fake) == []
+    real = "import triton\nimport triton.language as tl\n@triton.autotune(configs=[], key=[])\n@triton.jit\n" \
+           "def k(x):\n    pass\nfrom triton import jit as j\n@j(do_not_specialize=[0])\ndef m(x):\n    pass\n"
+    assert built.triton_jit_functions(real) == ["k", "m"]
+    assert built.triton_jit_functions("class triton:\n    jit = None\n@triton.jit\ndef k(): pass\n") == []
+    line = "7f0000000000-7f0000001000 r-xp 00000000 00:00 1 {}\n"
+    assert not built.triton_mapped(line.format(tmp_path / "triton" / "_C" / "libtriton.so"))
+    assert not built.triton_mapped(None)
     triton = pytest.importorskip("triton")
-
-    @triton.jit
-    def real(x):
-        pass
-
-    fake.real = real
-    assert triton_kernels(fake) == ["real"]
+    native = os.path.join(os.path.realpath(os.path.dirname(triton.__file__)), "_C", "libtriton.so")
+    assert built.triton_mapped(line.format(native))
 
 
 def test_spot_check_replaces_returned_tensors_and_leaves_aliases(monkeypatch):
