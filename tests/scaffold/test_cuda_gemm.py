@@ -1,0 +1,208 @@
+"""The CUDA gemm layout (writers/cuda_gemm.py): which plans the CUDA target takes it for, the program
+around the region (launch settings, one extension for several regions, the view and words the model
+gets), the pre-check, nvcc on every shape family at once (build), and the real evaluator on a GPU
+(gpu): each family with the oracle's epilogue is correct, its wrong twin is not.
+
+The shape families are small modules of tests/fixtures/tasks (and the built-in lone matmul): plain,
+transposed operands, batched, nn.Linear with a bias and epilogue inputs, matrix times a one-column
+matrix, fp16 batched with an epilogue, and a Linear whose tail no kernel here fuses.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from kernelwright.records import Verdict
+from kernelwright.scaffold import (
+    SegmentKind,
+    assemble,
+    default_launch,
+    launch_variants,
+    plan_tasks,
+    precheck,
+    region_grammar,
+    shared_programs,
+    with_launch,
+    write,
+)
+from kernelwright.scaffold.oracle import region
+from kernelwright.scaffold.writers import writer_for
+from kernelwright.tasks import load_task
+from tests.conftest import TASKS
+
+MATMUL = "builtin/L1/10_matmul"
+# the families whose plan has no segment of its own: the CUDA target takes the GEMM in
+LONE = {"plain": MATMUL, "transposed": str(TASKS / "gemm_transposed.py"), "batched": str(TASKS / "gemm_bmm.py"),
+        "matvec": str(TASKS / "gemm_matvec.py"), "linear_tail": str(TASKS / "gemm_max_tail.py")}
+# the families with an epilogue kernel after the library's GEMM: CUDA keeps that plan, the gemm one
+# is written for CUDA directly here
+EPILOGUE = {"linear_epilogue": str(TASKS / "gemm_linear_epilogue.py"), "bmm_fp16": str(TASKS / "bmm_relu_fp16.py")}
+FAMILIES = LONE | EPILOGUE
+
+
+@pytest.fixture(scope="module")
+def plans():
+    return dict(zip(FAMILIES, plan_tasks([load_task(t) for t in FAMILIES.values()])))
+
+
+def gemm_scaffold(plan):
+    """The CUDA gemm skeleton of the plan's GEMM alternative, whichever plan CUDA picks for it."""
+    return writer_for("cuda", SegmentKind.GEMM).write(plan.gemm, plan.gemm.segment)
+
+
+def test_cuda_takes_the_gemm_where_the_plan_has_no_segment(plans) -> None:
+    want = {"plain": (False, False, False), "transposed": (False, False, False), "batched": (False, True, False),
+            "matvec": (False, False, True), "linear_tail": (True, False, False)}
+    for family, (transposed, batched, one_column) in want.items():
+        p = plans[family]
+        assert not p.available and "no elementwise" in p.reason  # no kernel of its own before
+        sc = write(p, "cuda")
+        spec = sc.segment.gemm
+        assert sc.available and sc.segment.kind == SegmentKind.GEMM and sc.segment.pass_through, family
+        assert (spec.b_transposed, spec.batched, spec.n == 1) == (transposed, batched, one_column), family
+        assert region(sc) == "y = x;" and sc.library_twin is None
+        assert not write(p, "cpp").available  # C++ keeps the whole-program fallback
+    # a GEMM with an epilogue kernel after it keeps that kernel on CUDA: the programs pinned by
+    # test_program_digest.py are unchanged
+    for family in EPILOGUE:
+        p = plans[family]
+        assert p.for_target("cuda") is p and write(p, "cuda").segment.kind == SegmentKind.ELEMENTWISE
+
+
+def test_the_epilogue_reads_the_product_bias_and_inputs_per_element(plans) -> None:
+    sc = gemm_scaffold(plans["linear_epilogue"])
+    seg = sc.segment
+    assert [(a.name, a.pattern) for a in seg.extras] == [("scale", "broadcast"), ("r", "same")]
+    assert region(sc) == "y = fmaxf(((x * scale) + r), 0.0f);"
+    program = sc.program
+    assert "const float x = kw_acc[kw_i][kw_j] + static_cast<float>(kw_bias_ptr[kw_col]);" in program
+    assert "const float scale = static_cast<float>(scale_ptr[i / scale_inner % scale_span]);" in program
+    assert "const float r = static_cast<float>(r_ptr[i]);" in program
+    assert "fused = kw_fused(x, linear_weight, linear_bias, scale, r)" in program
+    assert "kw_b = kw_b.t()[None]  # [N, K] weight as [K, N]: a view" in program
+    # fp32 in FFMA: no tensor cores, no TF32 (the judge counts a precision downgrade as wrong)
+    assert "fmaf(kw_ra[kw_i], kw_rb[kw_j], kw_acc[kw_i][kw_j])" in program
+    assert not re.search(r"wmma|mma\.|tf32|__half2float|cublas", program, re.I)
+    # operands in their own dtype, converted as they are fetched; the product stored in the output's
+    half = gemm_scaffold(plans["bmm_fp16"]).program
+    assert "const at::Half* __restrict__ kw_a_ptr" in half and "out_ptr[i] = static_cast<at::Half>(y);" in half
+
+
+def test_launch_settings_are_the_tile_side(plans) -> None:
+    sc = write(plans["plain"], "cuda")
+    assert default_launch(sc.segment, "cuda") == {"tile": 0}  # picked at launch from the SMs
+    assert launch_variants(sc.segment, "cuda") == [{"tile": 128}, {"tile": 64}]
+    assert "KW_LAUNCH = {'tile': 0}" in sc.program and 'KW_LAUNCH["tile"])' in sc.program
+    assert "KW_LAUNCH = {'tile': 64}" in with_launch(sc.program, {"tile": 64})
+    for side, bk, t in ((128, 8, 8), (64, 16, 4)):
+        for b_k in ("true", "false"):
+            assert f"kw_go(kw_fused_kernel<{side}, {side}, {bk}, {t}, {t}, {b_k}>, {side});" in sc.program
+
+
+def test_several_regions_share_one_extension(plans) -> None:
+    sc = gemm_scaffold(plans["linear_epilogue"])
+    good, wrong = region(sc), region(sc, wrong=True)
+    programs = shared_programs(sc, [good, wrong])
+    assert programs is not None and len(programs) == 2
+    first, second = programs
+    # the kernel template and its host function in a namespace each, the tiles' helpers shared
+    assert first.count("struct KwTile") == 1 and first.count("namespace kw_v1 {\ntemplate <int BM") == 1
+    assert good in first and "+ 1.0f" in first
+    assert "kw_ext.kw_fused_impl_v0(" in first and "kw_ext.kw_fused_impl_v1(" in second
+    # the extension (sources, name, flags) is the same text in both: one build serves them
+    assert first.split("\ndef kw_fused(")[0] == second.split("\ndef kw_fused(")[0]
+
+
+def test_the_model_sees_one_element_and_the_names_it_reads(plans) -> None:
+    sc = gemm_scaffold(plans["linear_epilogue"])
+    assert set(re.findall(r"\bkw_\w+", sc.kernel_view)) <= {"kw_fused_kernel"}
+    assert "REGION BEGIN" in sc.kernel_view and "the loop over K computes x" in sc.kernel_view
+    assert sc.variables[0].startswith("`x` (float, this thread's output element): the GEMM's result, "
+                                      "`x = self.linear(x)` above, its bias included")
+    assert [v.split("`")[1] for v in sc.variables[1:4]] == ["scale", "r", "y"]
+    grammar = region_grammar(sc)
+    assert '"scale"' in grammar and '"r"' in grammar and "(j)" not in grammar  # elementwise names, no row loop
+    got = assemble(sc, "```cuda\nfloat y = fmaxf(x * scale + r, 0.0f);\n```")
+    assert got.region == "y = fmaxf(x * scale + r, 0.0f);" and got.code == sc.program_with(got.region)
+
+
+def test_the_precheck_runs_a_cuda_gemm_region_as_its_epilogue(plans) -> None:
+    p = plans["linear_epilogue"].gemm
+    sc = gemm_scaffold(plans["linear_epilogue"])
+    assert precheck(p, "cuda", region(sc)).status.value == "pass"
+    assert precheck(p, "cuda", region(sc, wrong=True)).status.value == "counterexample"
+    assert precheck(plans["plain"], "cuda", "y = x;").status.value == "pass"
+    assert precheck(plans["plain"], "cpp", "y = x;").status.value == "unsupported"  # no C++ plan for it
+
+
+# ---- nvcc: every family in one translation unit (one compile of torch's headers for all) ---------
+
+def _combined(scaffolds: dict) -> tuple[str, str, list[str]]:
+    """(cpp source, cuda source, bound function names): each family's kernel template and host
+    function, oracle region in, in a namespace of its own after the helpers they share."""
+    head = writer_for("cuda", SegmentKind.GEMM).kernel_head
+    prefix, chunks, decls, names = None, [], [], []
+    for family, sc in scaffolds.items():
+        source = re.search(r'KW_CUDA_SOURCE = r"""\n(.*?)"""', sc.program_with(region(sc)), re.S).group(1)
+        start = source.index(head)
+        assert prefix in (None, source[:start])  # the helpers are the same text in every program
+        prefix = source[:start]
+        chunks.append(f"namespace {family} {{\n{source[start:]}}}\n")
+        decl = re.search(r"torch::Tensor kw_fused_impl\(([^)]*)\)", source)
+        params = decl.group(1)
+        call = ", ".join(p.split()[-1] for p in params.split(","))
+        decls.append(f"namespace {family} {{ torch::Tensor kw_fused_impl({params}); }}\n"
+                     f"torch::Tensor {family}_impl({params}) {{ return {family}::kw_fused_impl({call}); }}")
+        names.append(f"{family}_impl")
+    return "\n".join(decls), prefix + "\n".join(chunks), names
+
+
+@pytest.fixture(scope="module")
+def compiled(plans):
+    """Every family's CUDA program compiled by nvcc against torch's headers, once (compile-only: the
+    CPU build of torch cannot link CUDA); the error text where it failed."""
+    from kernelwright.evaluate.compile_only import BuildFailed, objects_only_load_inline
+    from kernelwright.scaffold.writers.cuda import CUDA_FLAGS
+
+    scaffolds = {f: gemm_scaffold(p) for f, p in plans.items()}
+    cpp, cuda, names = _combined(scaffolds)
+    try:
+        objects_only_load_inline(name="kw_cuda_gemm_families", cpp_sources=cpp, cuda_sources=cuda, functions=names,
+                                 extra_cuda_cflags=CUDA_FLAGS)
+    except BuildFailed as e:
+        return cuda, e.log
+    return cuda, ""
+
+
+@pytest.mark.build
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_every_shape_family_compiles_with_nvcc(family, compiled) -> None:
+    cuda, errors = compiled
+    assert f"namespace {family} {{" in cuda
+    assert not errors, errors[-3000:]
+
+
+# ---- on a GPU: the evaluator's verdicts --------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_every_shape_family_is_judged_correct_on_a_gpu(family, plans, fast_cfg) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU")
+    from kernelwright.evaluate import evaluate
+
+    task = load_task(FAMILIES[family])
+    sc = gemm_scaffold(plans[family])
+    good, wrong = shared_programs(sc, [region(sc), region(sc, wrong=True)])  # one build for both
+    cfg = fast_cfg(device="cuda", iters=10, warmup=2, timeout=900.0)
+    for side in (128, 64):  # both tiles, on the same build
+        got = evaluate(task, with_launch(good, {"tile": side}), cfg)
+        assert got.verdict == Verdict.CORRECT and got.custom_kernel, (side, got.verdict, got.error, got.mismatch)
+    bad = evaluate(task, wrong, cfg)
+    assert bad.verdict == Verdict.WRONG_OUTPUT, (bad.verdict, bad.error)
