@@ -206,3 +206,109 @@ def test_every_shape_family_is_judged_correct_on_a_gpu(family, plans, fast_cfg) 
         assert got.verdict == Verdict.CORRECT and got.custom_kernel, (side, got.verdict, got.error, got.mismatch)
     bad = evaluate(task, wrong, cfg)
     assert bad.verdict == Verdict.WRONG_OUTPUT, (bad.verdict, bad.error)
+
+
+# ---- on the host: the kernel template run block by block (the pre-check's CUDA shim) -------------
+
+HOST_SIZES = [(2, 70, 45, 37), (1, 132, 136, 64)]  # (batch, M, N, K): edges and scalar fetches; aligned
+HOST_EXTRA = r'''
+#define __align__(n) __attribute__((aligned(n)))
+static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+struct kw_id3 { unsigned t; dim3 b; };
+static void* kw_thread3(void* p) {
+    const kw_id3* id = static_cast<const kw_id3*>(p);
+    threadIdx.x = id->t; blockIdx = id->b;
+    kw_body();
+    return nullptr;
+}
+// a 3-D grid, one block at a time, its threads as host threads (the shim's launch is 1-D)
+static void kw_launch3(dim3 grid, unsigned threads, void (*body)(void)) {
+    static pthread_t ts[1024];
+    static kw_id3 ids[1024];
+    blockDim.x = threads; gridDim = grid; kw_body = body;
+    pthread_attr_t attr; pthread_attr_init(&attr); pthread_attr_setstacksize(&attr, 1 << 20);
+    for (unsigned z = 0; z < grid.z; ++z) for (unsigned y = 0; y < grid.y; ++y) for (unsigned x = 0; x < grid.x; ++x) {
+        pthread_barrier_init(&kw_bar, nullptr, threads);
+        for (unsigned t = 0; t < threads; ++t) { ids[t] = {t, {x, y, z}}; pthread_create(&ts[t], &attr, kw_thread3, &ids[t]); }
+        for (unsigned t = 0; t < threads; ++t) pthread_join(ts[t], nullptr);
+        pthread_barrier_destroy(&kw_bar);
+    }
+}
+static float kw_rand(uint64_t& s) { s = s * 6364136223846793005ull + 1442695040888963407ull; return ((s >> 40) / 16777216.0f) * 2 - 1; }
+'''
+
+
+def _host_case(name: str, family: str, seg, batch: int, m: int, n: int, k: int, side: int, b_k: bool) -> str:
+    """C++ that runs one kernel instance on random operands (B K-contiguous or N-contiguous), the
+    region adding each extra input times a weight of its own, and prints its largest error against
+    the product summed in double."""
+    from kernelwright.scaffold.writers.cuda_gemm import TILES
+
+    bk, t = TILES[side]
+    size = {"same": batch * m * n, "broadcast": n, "scalar": 1}  # a broadcast extra: a vector along N
+    ptrs = ["g_a.data()", "g_b.data()"] + (["g_bias.data()"] if seg.gemm.bias is not None else [])
+    decls = [f"std::vector<float> g_a({batch * m * k}), g_b({batch * k * n}), g_bias({n}), g_out({batch * m * n});"]
+    ref = ["double s = 0; for (int64_t q = 0; q < K; ++q) s += (double)g_a[(bt * M + r) * K + q] * B(q);"]
+    if seg.gemm.bias is not None:
+        ref.append("s += g_bias[c];")
+    for w, a in enumerate(seg.extras, start=2):
+        decls.append(f"std::vector<float> g_{a.name}({size[a.pattern]});")
+        ptrs += [f"g_{a.name}.data()"] + (["1", str(n)] if a.pattern == "broadcast" else [])
+        at = {"same": "i", "broadcast": "c", "scalar": "0"}[a.pattern]
+        ref.append(f"s += {w}.0 * g_{a.name}[{at}];")
+    strides = f"{m * k}, {k}, {k * n}, " + (f"1, {k}" if b_k else f"{n}, 1")
+    call = f"{family}::kw_fused_kernel<{side}, {side}, {bk}, {t}, {t}, {'true' if b_k else 'false'}>"
+    b_at = "(bt * N + c) * K + q" if b_k else "(bt * K + q) * N + c"
+    fill = "".join(f"    for (auto& v : {d.split('(')[0].split()[-1]}) v = kw_rand(seed);\n" for d in decls[1:])
+    return (f"static double {name}() {{\n    const int64_t M = {m}, N = {n}, K = {k};\n"
+            + "".join(f"    static {d}\n" for d in decls)
+            + "    uint64_t seed = 7;\n    for (auto* v : {&g_a, &g_b, &g_bias}) for (auto& x : *v) x = kw_rand(seed);\n" + fill
+            + f"    kw_launch3({{{(n + side - 1) // side}, {(m + side - 1) // side}, {batch}}}, 256, [] {{\n"
+            f"        {call}({', '.join(ptrs + ['g_out.data()'])}, {m}, {n}, {k}, {strides}); }});\n"
+            f"    double worst = 0;\n    for (int64_t bt = 0; bt < {batch}; ++bt) for (int64_t r = 0; r < M; ++r) for (int64_t c = 0; c < N; ++c) {{\n"
+            f"        const int64_t i = (bt * M + r) * N + c;\n        auto B = [&](int64_t q) {{ return (double)g_b[{b_at}]; }};\n"
+            + "".join(f"        {line}\n" for line in ref)
+            + "        worst = std::max(worst, std::fabs(s - g_out[i]) / (1.0 + std::fabs(s)));\n    }\n    return worst;\n}\n")
+
+
+def _host_unit(plans) -> tuple[str, list[str]]:
+    """One C++ unit: the shim, the helpers, every family's kernel template (its region the extras'
+    weighted sum) in a namespace of its own, and a case per size, tile and layout of B; the names of
+    the cases."""
+    from kernelwright.scaffold.precheck.native_shim import COMMON, CUDA_SHIM
+    from kernelwright.scaffold.writers.base import PLACEHOLDER
+    from kernelwright.scaffold.writers.cuda import CUDA_IO
+    from kernelwright.scaffold.writers.cuda_gemm import GEMM_TILES, cuda_gemm_kernel
+
+    parts, cases = [COMMON, CUDA_SHIM, HOST_EXTRA, CUDA_IO, GEMM_TILES], []
+    for family, plan in plans.items():
+        seg = gemm_scaffold(plan).segment
+        kernel, indent = cuda_gemm_kernel(seg)
+        body = "y = x" + "".join(f" + {w}.0f * {a.name}" for w, a in enumerate(seg.extras, start=2)) + ";"
+        parts.append(f"namespace {family} {{\n{kernel.replace(indent + PLACEHOLDER, indent + body)}}}\n")
+        for n, size in enumerate(HOST_SIZES):
+            for side in (64, 128):
+                for b_k in (True, False):
+                    cases.append(f"{family}_{n}_{side}_{int(b_k)}")
+                    parts.append(_host_case(cases[-1], family, seg, *size, side, b_k))
+    checks = "".join(f'    std::printf("%s %g\\n", "{c}", {c}());\n' for c in cases)
+    return "\n".join(parts) + f"\nint main() {{\n{checks}    return 0;\n}}\n", cases
+
+
+@pytest.mark.build  # the system's C++ compiler, no torch headers: seconds
+def test_the_kernel_template_computes_the_gemm_on_the_host_shim(plans, tmp_path) -> None:
+    """Every family's kernel, both tiles and both layouts of B, sizes off the tiles and aligned,
+    run block by block with its threads as host threads (the pre-check's CUDA shim): the product,
+    bias and extra inputs as a sum in double gives them, to fp32's rounding."""
+    import subprocess
+
+    from kernelwright.scaffold.precheck.native import COMPILER
+
+    source, cases = _host_unit(plans)
+    (tmp_path / "gemm.cpp").write_text(source)
+    subprocess.run([COMPILER, "-std=gnu++20", "-O1", "-pthread", "-w", "gemm.cpp", "-o", "gemm"], cwd=tmp_path,
+                   check=True, capture_output=True, text=True)
+    out = subprocess.run(["./gemm"], cwd=tmp_path, check=True, capture_output=True, text=True, timeout=300).stdout
+    errors = {name: float(err) for name, err in (line.split() for line in out.splitlines())}
+    assert sorted(errors) == sorted(cases) and len(cases) == 8 * len(FAMILIES)
+    assert max(errors.values()) < 1e-5, {c: e for c, e in errors.items() if e >= 1e-5}
