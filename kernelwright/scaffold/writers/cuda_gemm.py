@@ -29,17 +29,17 @@ from __future__ import annotations
 
 from kernelwright.scaffold.types import KernelArg, Scaffold, ScaffoldPlan, Segment, SegmentKind
 from kernelwright.scaffold.writers.base import (
-    BCAST_HELPER,
     PLACEHOLDER,
-    ext_name,
+    assemble_program,
     extra_params,
     extra_shaping,
+    gemm_variables,
     launch_line,
     make_scaffold,
     marked_kernel,
 )
-from kernelwright.scaffold.writers.clike import C_TYPES, TORCH_DTYPES, LoadInlineWriter, c_math_line
-from kernelwright.scaffold.writers.cuda import CUDA_FLAGS, CUDA_IO
+from kernelwright.scaffold.writers.clike import C_TYPES, LOAD_INLINE_HEADER, TORCH_DTYPES, LoadInlineWriter, c_math_line
+from kernelwright.scaffold.writers.cuda import CUDA_IO, cuda_extension
 
 # (tile side, BK, outputs a thread along each side): 256 threads, one 4-element fetch of A and of B
 # a thread and K step
@@ -316,16 +316,8 @@ def cuda_gemm_view(seg: Segment) -> str:
 
 def variables(seg: Segment) -> list[str]:
     """What the region can read and must write, for the prompt."""
-    spec = seg.gemm
-    assert spec is not None
-    main = seg.main
-    gemm_line = seg.torch_lines[spec.lines - 1].removeprefix("# ")  # shown commented: computed before the region
-    bias = ", its bias included" if spec.bias is not None else ""
-    lines = [f"`{main.name}` (float, this thread's output element): the GEMM's result, `{gemm_line}` above{bias}, "
-             f"already accumulated in fp32 by the kernel's loop over K; {main.describe}"]
-    lines += [f"`{a.name}` (float): this element's value of {a.describe}" for a in seg.extras]
-    lines.append("`y` (already set to x): assign the result to it")
-    return lines + [c_math_line(seg, 1)]
+    return gemm_variables(seg, "float, this thread's output element", "float, this element's value",
+                          "`y` (already set to x): assign the result to it", c_math_line(seg, 1))
 
 
 class CudaGemmWriter(LoadInlineWriter):
@@ -348,16 +340,8 @@ class CudaGemmWriter(LoadInlineWriter):
         kernel, indent = cuda_gemm_kernel(seg)
         kernel_prog, kernel_view = marked_kernel(kernel, indent, "//", cuda_gemm_view(seg))
         decl, host = _host(seg)
-        includes = ("#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAException.h>\n#include <math.h>\n"
-                    "#include <algorithm>\n#include <cstdint>\n")
-        cuda_src = f"{includes}{CUDA_IO}{GEMM_TILES}\n{kernel_prog}\n{host}"
-        name = ext_name(plan, "cuda")
-        kernel_part = (f'KW_CPP_SOURCE = """\n{decl}\n"""\n\nKW_CUDA_SOURCE = r"""\n{cuda_src}"""\n\n'
-                       f'kw_ext = load_inline(name="{name}", cpp_sources=KW_CPP_SOURCE, cuda_sources=KW_CUDA_SOURCE,\n'
-                       f'                     functions=["kw_fused_impl"], extra_cuda_cflags={CUDA_FLAGS!r}, verbose=False)\n'
-                       f"\n{launch_line(self.default_launch(seg))}\n")
-        header = "import math\n\nimport torch\nfrom torch.utils.cpp_extension import load_inline\n"
-        helper = BCAST_HELPER + "\n\n" if any(a.pattern == "broadcast" for a in seg.extras) else ""
-        program = f"{header}\n{plan.prelude}\n{kernel_part}\n{helper}\n{_wrapper(seg)}\n\n{plan.model_new}"
+        kernel_part = (cuda_extension(plan, decl, f"{CUDA_IO}{GEMM_TILES}\n{kernel_prog}\n{host}")
+                       + f"\n{launch_line(self.default_launch(seg))}\n")
+        program = assemble_program(plan, LOAD_INLINE_HEADER, kernel_part, _wrapper(seg))
         return make_scaffold(plan, seg, "cuda", program, kernel_view, indent, "// (empty: y stays x)", "cuda",
                              variables(seg))
