@@ -109,7 +109,7 @@ def test_several_regions_share_one_extension(plans) -> None:
     assert programs is not None and len(programs) == 2
     first, second = programs
     # the kernel template and its host function in a namespace each, the tiles' helpers shared
-    assert first.count("struct KwTile") == 1 and first.count("namespace kw_v1 {\ntemplate <int BM") == 1
+    assert first.count("struct KwTile") == 1 and first.count("namespace kw_v1 {\ntemplate <int KW_BM") == 1
     assert good in first and "+ 1.0f" in first
     assert "kw_ext.kw_fused_impl_v0(" in first and "kw_ext.kw_fused_impl_v1(" in second
     # the extension (sources, name, flags) is the same text in both: one build serves them
