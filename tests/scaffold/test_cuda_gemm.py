@@ -10,6 +10,8 @@ matrix, fp16 batched with an epilogue, and a Linear whose tail no kernel here fu
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 import shutil
 
@@ -93,13 +95,15 @@ def test_the_epilogue_reads_the_product_bias_and_inputs_per_element(plans) -> No
 
 def test_launch_settings_are_the_tile_side(plans) -> None:
     sc = write(plans["plain"], "cuda")
-    assert default_launch(sc.segment, "cuda") == {"tile": 0}  # picked at launch from the SMs
-    assert launch_variants(sc.segment, "cuda") == [{"tile": 128}, {"tile": 64}]
-    assert "KW_LAUNCH = {'tile': 0}" in sc.program and 'KW_LAUNCH["tile"])' in sc.program
-    assert "KW_LAUNCH = {'tile': 64}" in with_launch(sc.program, {"tile": 64})
+    assert default_launch(sc.segment, "cuda") == {"tile": 0, "split": 0}  # picked at launch from the SMs
+    assert launch_variants(sc.segment, "cuda") == [{"tile": 128, "split": 0}, {"tile": 64, "split": 0},
+                                                   {"tile": 0, "split": 1}]
+    assert "KW_LAUNCH = {'tile': 0, 'split': 0}" in sc.program
+    assert 'KW_LAUNCH["tile"], KW_LAUNCH["split"])' in sc.program
+    assert "KW_LAUNCH = {'tile': 64, 'split': 1}" in with_launch(sc.program, {"tile": 64, "split": 1})
     for side, bk, t in ((128, 8, 8), (64, 16, 4)):
         for b_k in ("true", "false"):
-            assert f"kw_go(kw_fused_kernel<{side}, {side}, {bk}, {t}, {t}, {b_k}>, {side});" in sc.program
+            assert f"kw_go(kw_fused_kernel<{side}, {side}, {bk}, {t}, {t}, {b_k}>);" in sc.program
 
 
 def test_several_regions_share_one_extension(plans) -> None:
@@ -214,6 +218,9 @@ HOST_SIZES = [(2, 70, 45, 37), (1, 132, 136, 64)]  # (batch, M, N, K): edges and
 HOST_EXTRA = r'''
 #define __align__(n) __attribute__((aligned(n)))
 static inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+static inline float __ldcg(const float* p) { return *p; }
+static inline unsigned atomicAdd(unsigned* a, unsigned v) {
+    pthread_mutex_lock(&kw_atomic); unsigned o = *a; *a += v; pthread_mutex_unlock(&kw_atomic); return o; }
 struct kw_id3 { unsigned t; dim3 b; };
 static void* kw_thread3(void* p) {
     const kw_id3* id = static_cast<const kw_id3*>(p);
@@ -238,16 +245,21 @@ static float kw_rand(uint64_t& s) { s = s * 6364136223846793005ull + 14426950408
 '''
 
 
-def _host_case(name: str, family: str, seg, batch: int, m: int, n: int, k: int, side: int, b_k: bool) -> str:
-    """C++ that runs one kernel instance on random operands (B K-contiguous or N-contiguous), the
-    region adding each extra input times a weight of its own, and prints its largest error against
-    the product summed in double."""
+def _host_case(name: str, family: str, seg, batch: int, m: int, n: int, k: int, side: int, b_k: bool,
+               splits: int) -> str:
+    """C++ that runs one kernel instance on random operands (B K-contiguous or N-contiguous, K in
+    `splits` shares), the region adding each extra input times a weight of its own, and returns its
+    largest error against the product summed in double."""
     from kernelwright.scaffold.writers.cuda_gemm import TILES
 
     bk, t = TILES[side]
     size = {"same": batch * m * n, "broadcast": n, "scalar": 1}  # a broadcast extra: a vector along N
     ptrs = ["g_a.data()", "g_b.data()"] + (["g_bias.data()"] if seg.gemm.bias is not None else [])
-    decls = [f"std::vector<float> g_a({batch * m * k}), g_b({batch * k * n}), g_bias({n}), g_out({batch * m * n});"]
+    ksplit = max(bk, math.ceil(math.ceil(k / splits) / bk) * bk)  # the host's rounding: whole K steps
+    splits, tiles = math.ceil(k / ksplit), batch * math.ceil(m / side) * math.ceil(n / side)
+    decls = [f"std::vector<float> g_a({batch * m * k}), g_b({batch * k * n}), g_bias({n}), g_out({batch * m * n});",
+             f"std::vector<float> g_part({splits * tiles * side * side if splits > 1 else 1});",
+             f"std::vector<unsigned> g_count({tiles});"]
     ref = ["double s = 0; for (int64_t q = 0; q < K; ++q) s += (double)g_a[(bt * M + r) * K + q] * B(q);"]
     if seg.gemm.bias is not None:
         ref.append("s += g_bias[c];")
@@ -259,12 +271,13 @@ def _host_case(name: str, family: str, seg, batch: int, m: int, n: int, k: int, 
     strides = f"{m * k}, {k}, {k * n}, " + (f"1, {k}" if b_k else f"{n}, 1")
     call = f"{family}::kw_fused_kernel<{side}, {side}, {bk}, {t}, {t}, {'true' if b_k else 'false'}>"
     b_at = "(bt * N + c) * K + q" if b_k else "(bt * K + q) * N + c"
-    fill = "".join(f"    for (auto& v : {d.split('(')[0].split()[-1]}) v = kw_rand(seed);\n" for d in decls[1:])
+    fill = "".join(f"    for (auto& v : {d.split('(')[0].split()[-1]}) v = kw_rand(seed);\n" for d in decls[3:])
     return (f"static double {name}() {{\n    const int64_t M = {m}, N = {n}, K = {k};\n"
             + "".join(f"    static {d}\n" for d in decls)
             + "    uint64_t seed = 7;\n    for (auto* v : {&g_a, &g_b, &g_bias}) for (auto& x : *v) x = kw_rand(seed);\n" + fill
-            + f"    kw_launch3({{{(n + side - 1) // side}, {(m + side - 1) // side}, {batch}}}, 256, [] {{\n"
-            f"        {call}({', '.join(ptrs + ['g_out.data()'])}, {m}, {n}, {k}, {strides}); }});\n"
+            + f"    kw_launch3({{{(n + side - 1) // side}, {(m + side - 1) // side}, {batch * splits}}}, 256, [] {{\n"
+            f"        {call}({', '.join(ptrs + ['g_out.data()'])}, {m}, {n}, {k}, {strides},\n"
+            f"            {'g_part.data(), g_count.data()' if splits > 1 else 'nullptr, nullptr'}, {splits}, {ksplit}); }});\n"
             f"    double worst = 0;\n    for (int64_t bt = 0; bt < {batch}; ++bt) for (int64_t r = 0; r < M; ++r) for (int64_t c = 0; c < N; ++c) {{\n"
             f"        const int64_t i = (bt * M + r) * N + c;\n        auto B = [&](int64_t q) {{ return (double)g_b[{b_at}]; }};\n"
             + "".join(f"        {line}\n" for line in ref)
@@ -287,18 +300,17 @@ def _host_unit(plans) -> tuple[str, list[str]]:
         body = "y = x" + "".join(f" + {w}.0f * {a.name}" for w, a in enumerate(seg.extras, start=2)) + ";"
         parts.append(f"namespace {family} {{\n{kernel.replace(indent + PLACEHOLDER, indent + body)}}}\n")
         for n, size in enumerate(HOST_SIZES):
-            for side in (64, 128):
-                for b_k in (True, False):
-                    cases.append(f"{family}_{n}_{side}_{int(b_k)}")
-                    parts.append(_host_case(cases[-1], family, seg, *size, side, b_k))
+            for side, b_k, splits in itertools.product((64, 128), (True, False), (1, 3) if n == 0 else (1,)):
+                cases.append(f"{family}_{n}_{side}_{int(b_k)}_{splits}")
+                parts.append(_host_case(cases[-1], family, seg, *size, side, b_k, splits))
     checks = "".join(f'    std::printf("%s %g\\n", "{c}", {c}());\n' for c in cases)
     return "\n".join(parts) + f"\nint main() {{\n{checks}    return 0;\n}}\n", cases
 
 
 @pytest.mark.build  # the system's C++ compiler, no torch headers: seconds
 def test_the_kernel_template_computes_the_gemm_on_the_host_shim(plans, tmp_path) -> None:
-    """Every family's kernel, both tiles and both layouts of B, sizes off the tiles and aligned,
-    run block by block with its threads as host threads (the pre-check's CUDA shim): the product,
+    """Every family's kernel, both tiles and both layouts of B, sizes off the tiles and aligned, K
+    whole and in three shares (split K), run block by block with its threads as host threads (the pre-check's CUDA shim): the product,
     bias and extra inputs as a sum in double gives them, to fp32's rounding."""
     import subprocess
 
@@ -310,5 +322,5 @@ def test_the_kernel_template_computes_the_gemm_on_the_host_shim(plans, tmp_path)
                    check=True, capture_output=True, text=True)
     out = subprocess.run(["./gemm"], cwd=tmp_path, check=True, capture_output=True, text=True, timeout=300).stdout
     errors = {name: float(err) for name, err in (line.split() for line in out.splitlines())}
-    assert sorted(errors) == sorted(cases) and len(cases) == 8 * len(FAMILIES)
+    assert sorted(errors) == sorted(cases) and len(cases) == 12 * len(FAMILIES)
     assert max(errors.values()) < 1e-5, {c: e for c, e in errors.items() if e >= 1e-5}

@@ -21,8 +21,14 @@ N contiguous (a plain matmul), one kernel each; any other B is copied to row-maj
 are 4 consecutive elements along the contiguous dimension (one 128-bit load for fp32 where
 aligned: `kw_load4`), zero past the edges.
 
-Launch settings: `KW_LAUNCH = {"tile": t}`, the tile's side (128: 8 x 8 outputs a thread, 64: 4 x 4,
-256 threads either way); 0 picks at launch: 128 where its tiles fill the GPU's SMs, else 64.
+Split K: where the output's tiles leave SMs idle (a few rows or columns over a long K), each tile's
+K is split among several blocks (about two blocks an SM, each at least 32 steps of K); each writes
+its share to a workspace, and the tile's last block to finish adds the shares in split order (the
+same sum whichever block is last) and runs the epilogue, so the region stays in one kernel.
+
+Launch settings: `KW_LAUNCH = {"tile": t, "split": s}`, the tile's side (128: 8 x 8 outputs a
+thread, 64: 4 x 4, 256 threads either way) and the number of K splits; 0 picks at launch: the
+128-tile where its tiles fill the GPU's SMs, else 64; splits as above.
 """
 
 from __future__ import annotations
@@ -100,6 +106,33 @@ __device__ __forceinline__ void kw_frag(const float* s, int t, float* out) {
         out[c * 4] = v.x; out[c * 4 + 1] = v.y; out[c * 4 + 2] = v.z; out[c * 4 + 3] = v.w;
     }
 }
+// Split K: a block that multiplied only its share of K writes its partial tile to the workspace
+// (`part`: [splits][tiles][the tile's values], thread-interleaved so the writes coalesce) and counts
+// itself in; the tile's last block to arrive reads every share back in split order (the same sum
+// whichever block is last) into its accumulators and goes on to the epilogue (true), the others
+// are done (false).
+template <int TILE, int PER_THREAD, int THREADS>
+__device__ __forceinline__ bool kw_gather_shares(float* acc, float* __restrict__ part, unsigned int* __restrict__ count,
+                                                 int64_t split, int64_t splits, int64_t tile, int64_t tiles) {
+    __shared__ int kw_last;
+    float* mine = part + (split * tiles + tile) * TILE;
+#pragma unroll
+    for (int u = 0; u < PER_THREAD; ++u) mine[u * THREADS + threadIdx.x] = acc[u];
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) kw_last = atomicAdd(count + tile, 1u) == static_cast<unsigned int>(splits - 1);
+    __syncthreads();
+    if (!kw_last) return false;
+    __threadfence();
+#pragma unroll
+    for (int u = 0; u < PER_THREAD; ++u) acc[u] = 0.0f;
+    for (int64_t s = 0; s < splits; ++s) {
+        const float* share = part + (s * tiles + tile) * TILE;
+#pragma unroll
+        for (int u = 0; u < PER_THREAD; ++u) acc[u] += __ldcg(share + u * THREADS + threadIdx.x);
+    }
+    return true;
+}
 // The output row (or column) of a thread's value u along a side: where kw_frag put it
 template <int T, int SIDE>
 __device__ __forceinline__ int kw_frag_at(int t, int u) {
@@ -127,7 +160,8 @@ def _params(seg: Segment) -> list[str]:
             out += [f"int64_t {a.name}_inner", f"int64_t {a.name}_span"]
     out.append(f"{C_TYPES[seg.out_dtype]}* __restrict__ out_ptr")
     return out + ["int64_t kw_m", "int64_t kw_n", "int64_t kw_kdim", "int64_t kw_sab", "int64_t kw_sam",
-                  "int64_t kw_sbb", "int64_t kw_sbk", "int64_t kw_sbn"]
+                  "int64_t kw_sbb", "int64_t kw_sbk", "int64_t kw_sbn", "float* __restrict__ kw_part",
+                  "unsigned int* __restrict__ kw_count", "int64_t kw_splits", "int64_t kw_ksplit"]
 
 
 def _k_loop(seg: Segment) -> str:
@@ -140,7 +174,9 @@ def _k_loop(seg: Segment) -> str:
         "    constexpr int KW_THREADS = (KW_BM / KW_TM) * (KW_BN / KW_TN);\n"
         "    __shared__ __align__(16) float kw_as[2][KW_BK][KW_BM + 4];\n"
         "    __shared__ __align__(16) float kw_bs[2][KW_BK][KW_BN + 4];\n"
-        "    const int64_t kw_batch = blockIdx.z;\n"
+        "    // blockIdx.z: the batch and this block's share of K (kw_ksplit of it, a multiple of KW_BK)\n"
+        "    const int64_t kw_batch = blockIdx.z / kw_splits, kw_split = blockIdx.z % kw_splits;\n"
+        "    const int64_t kw_kbeg = kw_split * kw_ksplit, kw_kend = std::min(kw_kdim, kw_kbeg + kw_ksplit);\n"
         "    const int64_t kw_row0 = static_cast<int64_t>(blockIdx.y) * KW_BM, kw_col0 = static_cast<int64_t>(blockIdx.x) * KW_BN;\n"
         "    const int kw_tx = threadIdx.x % (KW_BN / KW_TN), kw_ty = threadIdx.x / (KW_BN / KW_TN);\n"
         f"    const {ta}* kw_a = kw_a_ptr + kw_batch * kw_sab;\n"
@@ -149,17 +185,17 @@ def _k_loop(seg: Segment) -> str:
         f"    KwTile<{ta}, true, KW_BM, KW_BK, KW_THREADS> kw_ta;\n"
         f"    KwTile<{tb}, KW_B_K, KW_BN, KW_BK, KW_THREADS> kw_tb;\n"
         "    float kw_acc[KW_TM][KW_TN] = {};\n"
-        "    kw_ta.fetch(kw_a, kw_sam, 1, kw_row0, kw_m, 0, kw_kdim);\n"
-        "    kw_tb.fetch(kw_b, kw_b_row, kw_b_k, kw_col0, kw_n, 0, kw_kdim);\n"
+        "    kw_ta.fetch(kw_a, kw_sam, 1, kw_row0, kw_m, kw_kbeg, kw_kend);\n"
+        "    kw_tb.fetch(kw_b, kw_b_row, kw_b_k, kw_col0, kw_n, kw_kbeg, kw_kend);\n"
         "    kw_ta.store(kw_as[0]);\n"
         "    kw_tb.store(kw_bs[0]);\n"
         "    __syncthreads();\n"
         "    int kw_buf = 0;\n"
-        "    for (int64_t kw_k0 = 0; kw_k0 < kw_kdim; kw_k0 += KW_BK) {\n"
-        "        const bool kw_more = kw_k0 + KW_BK < kw_kdim;\n"
+        "    for (int64_t kw_k0 = kw_kbeg; kw_k0 < kw_kend; kw_k0 += KW_BK) {\n"
+        "        const bool kw_more = kw_k0 + KW_BK < kw_kend;\n"
         "        if (kw_more) {  // the next step's tiles in flight while this one is multiplied\n"
-        "            kw_ta.fetch(kw_a, kw_sam, 1, kw_row0, kw_m, kw_k0 + KW_BK, kw_kdim);\n"
-        "            kw_tb.fetch(kw_b, kw_b_row, kw_b_k, kw_col0, kw_n, kw_k0 + KW_BK, kw_kdim);\n"
+        "            kw_ta.fetch(kw_a, kw_sam, 1, kw_row0, kw_m, kw_k0 + KW_BK, kw_kend);\n"
+        "            kw_tb.fetch(kw_b, kw_b_row, kw_b_k, kw_col0, kw_n, kw_k0 + KW_BK, kw_kend);\n"
         "        }\n"
         "#pragma unroll\n"
         "        for (int kw_kk = 0; kw_kk < KW_BK; ++kw_kk) {\n"
@@ -177,7 +213,11 @@ def _k_loop(seg: Segment) -> str:
         "        }\n"
         "        __syncthreads();\n"
         "        kw_buf ^= 1;\n"
-        "    }\n")
+        "    }\n"
+        "    if (kw_splits > 1 && !kw_gather_shares<KW_BM * KW_BN, KW_TM * KW_TN, KW_THREADS>(\n"
+        "            &kw_acc[0][0], kw_part, kw_count, kw_split, kw_splits,\n"
+        "            (kw_batch * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x, gridDim.x * gridDim.y * (gridDim.z / kw_splits)))\n"
+        "        return;  // another block of this tile adds the shares and runs the epilogue\n")
 
 
 def cuda_gemm_kernel(seg: Segment) -> tuple[str, str]:
@@ -212,29 +252,62 @@ def cuda_gemm_kernel(seg: Segment) -> tuple[str, str]:
     return kernel, indent
 
 
-def _host(seg: Segment) -> tuple[str, str]:
-    """(declaration, definition) of `kw_fused_impl`: checks, the operands' layouts, the output, the
-    tile and the launch of the kernel instance for both."""
+# The host's choice of tile and split, after the operands' layouts and the output: `kw_tile` and
+# `kw_split` are the program's KW_LAUNCH settings (0: chosen here).
+HOST_LAUNCH = """    const int64_t kw_sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+    int64_t kw_side = kw_tile;
+    if (kw_side != 64 && kw_side != 128)  // the larger tile where its tiles fill the SMs
+        kw_side = kw_batch * ((kw_m + 127) / 128) * ((kw_n + 127) / 128) >= kw_sms ? 128 : 64;
+    const int64_t kw_gx = (kw_n + kw_side - 1) / kw_side, kw_gy = (kw_m + kw_side - 1) / kw_side;
+    const int64_t kw_tiles = kw_batch * kw_gx * kw_gy, kw_bk = kw_side == 128 ? 8 : 16;
+    // K split where the tiles leave SMs idle (a few rows or columns, a long K: a matrix times a
+    // vector would run on as many SMs as it has 64-row tiles): about two blocks an SM, each at least
+    // 32 steps of K
+    int64_t kw_splits = kw_split > 0 ? kw_split : kw_tiles >= kw_sms ? 1
+        : std::min((2 * kw_sms + kw_tiles - 1) / kw_tiles, kw_kdim / (32 * kw_bk));
+    kw_splits = std::max<int64_t>(1, std::min(kw_splits, (kw_kdim + kw_bk - 1) / kw_bk));
+    const int64_t kw_ksplit = std::max(kw_bk, ((kw_kdim + kw_splits - 1) / kw_splits + kw_bk - 1) / kw_bk * kw_bk);
+    kw_splits = std::max<int64_t>(1, (kw_kdim + kw_ksplit - 1) / kw_ksplit);
+    TORCH_CHECK(kw_batch * kw_splits <= 65535 && kw_gy <= 65535, "too many batches, splits or rows for the grid");
+    torch::Tensor kw_part, kw_count;  // the shares of K and each tile's count of them
+    if (kw_splits > 1) {
+        kw_part = torch::empty({kw_splits * kw_tiles * kw_side * kw_side}, kw_a.options().dtype(torch::kFloat32));
+        kw_count = torch::zeros({kw_tiles}, kw_a.options().dtype(torch::kInt32));
+    }
+    float* kw_part_ptr = kw_splits > 1 ? kw_part.data_ptr<float>() : nullptr;
+    unsigned int* kw_count_ptr = kw_splits > 1 ? reinterpret_cast<unsigned int*>(kw_count.data_ptr<int>()) : nullptr;
+"""
+
+
+def _host_params(seg: Segment) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+    """(the tensors with their dtypes, the host function's parameters, the kernel's arguments before
+    the sizes): operands, bias, extras (a broadcast one's inner and span after it), the output."""
     spec = seg.gemm
     assert spec is not None
-    tensors = [("kw_a", spec.a.dtype), ("kw_b", spec.b.dtype)] + ([("kw_bias", spec.bias.dtype)] if spec.bias else [])
-    tensors += [(a.name, a.dtype) for a in seg.extras]
-    params = [f"torch::Tensor {name}" for name, _ in tensors[:3 if spec.bias else 2]]
+    operands = [("kw_a", spec.a.dtype), ("kw_b", spec.b.dtype)] + ([("kw_bias", spec.bias.dtype)] if spec.bias else [])
+    params = [f"torch::Tensor {name}" for name, _ in operands]
+    ptrs = [f"{n}.data_ptr<{C_TYPES[d]}>()" for n, d in operands]
     for a in seg.extras:
         params.append(f"torch::Tensor {a.name}")
+        ptrs.append(f"{a.name}.data_ptr<{C_TYPES[a.dtype]}>()")
         if a.pattern == "broadcast":
             params += [f"int64_t {a.name}_inner", f"int64_t {a.name}_span"]
-    signature = f"torch::Tensor kw_fused_impl({', '.join(params + ['int64_t kw_tile'])})"
+            ptrs += [f"{a.name}_inner", f"{a.name}_span"]
+    ptrs.append(f"out.data_ptr<{C_TYPES[seg.out_dtype]}>()")
+    return operands + [(a.name, a.dtype) for a in seg.extras], params, ptrs
+
+
+def _host(seg: Segment) -> tuple[str, str]:
+    """(declaration, definition) of `kw_fused_impl`: checks, the operands' layouts, the output, the
+    tile and split, and the launch of the kernel instance for the tile and B's layout."""
+    tensors, params, ptrs = _host_params(seg)
+    signature = f"torch::Tensor kw_fused_impl({', '.join(params + ['int64_t kw_tile', 'int64_t kw_split'])})"
     checks = "".join(f"    TORCH_CHECK({n}.is_cuda(), \"{n} must be on the GPU\");\n"
                      f"    TORCH_CHECK({n}.scalar_type() == {TORCH_DTYPES[d]}, \"{n} must be {d}\");\n"
                      for n, d in tensors)
     checks += "".join(f"    TORCH_CHECK({n}.is_contiguous(), \"{n} must be contiguous\");\n" for n, _ in tensors[2:])
-    ptrs = [f"{n}.data_ptr<{C_TYPES[d]}>()" for n, d in tensors[:3 if spec.bias else 2]]
-    for a in seg.extras:
-        ptrs += [f"{a.name}.data_ptr<{C_TYPES[a.dtype]}>()"] + ([f"{a.name}_inner", f"{a.name}_span"]
-                                                              if a.pattern == "broadcast" else [])
-    ptrs.append(f"out.data_ptr<{C_TYPES[seg.out_dtype]}>()")
-    args = ", ".join(ptrs) + ",\n            kw_m, kw_n, kw_kdim, kw_a.stride(0), kw_a.stride(1), kw_b.stride(0), kw_b.stride(1), kw_b.stride(2)"
+    args = (", ".join(ptrs) + ",\n            kw_m, kw_n, kw_kdim, kw_a.stride(0), kw_a.stride(1), kw_b.stride(0), "
+            "kw_b.stride(1), kw_b.stride(2),\n            kw_part_ptr, kw_count_ptr, kw_splits, kw_ksplit")
     body = (
         checks
         + "    TORCH_CHECK(kw_a.dim() == 3 && kw_b.dim() == 3 && kw_a.size(0) == kw_b.size(0) && kw_a.size(2) == kw_b.size(1),\n"
@@ -245,20 +318,15 @@ def _host(seg: Segment) -> tuple[str, str]:
         "    const int64_t kw_batch = kw_a.size(0), kw_m = kw_a.size(1), kw_kdim = kw_a.size(2), kw_n = kw_b.size(2);\n"
         f"    auto out = torch::empty({{kw_batch, kw_m, kw_n}}, kw_a.options().dtype({TORCH_DTYPES[seg.out_dtype]}));\n"
         "    if (out.numel() == 0) return out;\n"
-        "    TORCH_CHECK(kw_batch <= 65535 && (kw_m + 63) / 64 <= 65535, \"too many batches or rows for the grid\");\n"
-        "    int64_t kw_side = kw_tile;\n"
-        "    if (kw_side != 64 && kw_side != 128) {  // 0: the larger tile where its tiles fill the SMs\n"
-        "        const int64_t kw_big = kw_batch * ((kw_m + 127) / 128) * ((kw_n + 127) / 128);\n"
-        "        kw_side = kw_big >= at::cuda::getCurrentDeviceProperties()->multiProcessorCount ? 128 : 64;\n"
-        "    }\n"
-        "    auto kw_go = [&](auto kw_kernel, int64_t kw_bm) {\n"
-        "        const dim3 kw_grid((kw_n + kw_bm - 1) / kw_bm, (kw_m + kw_bm - 1) / kw_bm, kw_batch);\n"
+        + HOST_LAUNCH
+        + "    auto kw_go = [&](auto kw_kernel) {\n"
+        "        const dim3 kw_grid(kw_gx, kw_gy, kw_batch * kw_splits);\n"
         f"        kw_kernel<<<kw_grid, {THREADS}, 0, at::cuda::getCurrentCUDAStream()>>>(\n"
         f"            {args});\n"
         "        C10_CUDA_KERNEL_LAUNCH_CHECK();\n"
         "    };\n"
         + "".join(f"    {'if' if i == 0 else 'else if'} (kw_side == {side} && {cond}) "
-                  f"kw_go(kw_fused_kernel<{side}, {side}, {bk}, {t}, {t}, {flag}>, {side});\n"
+                  f"kw_go(kw_fused_kernel<{side}, {side}, {bk}, {t}, {t}, {flag}>);\n"
                   for i, (side, (bk, t), cond, flag) in enumerate(
                       (s, TILES[s], c, f) for s in TILES for c, f in (("kw_b_k", "true"), ("!kw_b_k", "false"))))
         + "    return out;\n")
@@ -284,7 +352,7 @@ def _wrapper(seg: Segment) -> str:
     if spec.bias is not None:
         lines.append("    kw_bias = kw_bias.contiguous()")
     lines += extra_shaping(seg.extras, "shape", "the output")
-    call = ", ".join(gemm_params + extra_params(seg) + ['KW_LAUNCH["tile"]'])
+    call = ", ".join(gemm_params + extra_params(seg) + ['KW_LAUNCH["tile"]', 'KW_LAUNCH["split"]'])
     lines += [f"    out = kw_ext.kw_fused_impl({call})", "    return out.reshape(shape)"]
     return "\n".join(lines) + "\n"
 
@@ -331,10 +399,10 @@ class CudaGemmWriter(LoadInlineWriter):
     bind_in_cpp_sources = True
 
     def default_launch(self, seg: Segment) -> dict[str, int]:
-        return {"tile": 0}  # picked at launch from the problem's size and the GPU's SMs
+        return {"tile": 0, "split": 0}  # picked at launch from the problem's size and the GPU's SMs
 
     def launch_grid(self, seg: Segment) -> list[dict[str, int]]:
-        return [{"tile": side} for side in TILES]
+        return [{"tile": side, "split": 0} for side in TILES] + [{"tile": 0, "split": 1}]
 
     def write(self, plan: ScaffoldPlan, seg: Segment) -> Scaffold:
         kernel, indent = cuda_gemm_kernel(seg)
