@@ -47,7 +47,7 @@ from kernelwright.scaffold.writers.base import (
 from kernelwright.scaffold.writers.clike import C_TYPES, LOAD_INLINE_HEADER, TORCH_DTYPES, LoadInlineWriter, c_math_line
 from kernelwright.scaffold.writers.cuda import CUDA_IO, cuda_extension
 
-# (tile side, BK, outputs a thread along each side): 256 threads, one 4-element fetch of A and of B
+# tile side -> (BK, outputs a thread along each side): 256 threads, one 4-element fetch of A and of B
 # a thread and K step
 TILES = {128: (8, 8), 64: (16, 4)}
 THREADS = 256
