@@ -131,6 +131,8 @@ class _FxBuilder(ShapeProp):
             target, raw = ops.canonical(str(n.target)), f"Tensor.{n.target}"
         else:
             name = getattr(n.target, "__name__", str(n.target))
+            if name == "getattr" and len(n.args) > 1 and n.args[1] in _VIEW_ATTRIBUTES:
+                name = "transpose"  # `a.T` is a view of a, not a read of its metadata
             target, raw = ops.canonical(name), _qualified(n.target)
         kind = ops.kind_of(target)
         inputs: list[OpInput] = []
@@ -171,6 +173,11 @@ class _FxBuilder(ShapeProp):
     def _record_outputs(self, n: Node, result: Any) -> None:
         self.graph_outputs = [self.refs[a.name][0] for a in _flat_nodes(n.args) if a.name in self.refs]
         self.output_meta = [meta_of(t) for t in tensors_in(result)]
+
+
+# Tensor attributes that are views of the tensor's data (transposed, conjugated); other getattr
+# reads (`x.shape`, `x.dtype`) read metadata
+_VIEW_ATTRIBUTES = frozenset({"T", "mT", "H", "mH"})
 
 
 def _pairs(arg_node: Any, arg_val: Any, path: str) -> Iterator[tuple[str, Any, Any]]:

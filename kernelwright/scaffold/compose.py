@@ -22,14 +22,14 @@ def plan(task_id: str, module: Any, model: nn.Module, inputs: Sequence[Any], sou
     of the size planned for: plan.py)."""
     result, covered, values = plan_segment(task_id, module, model, inputs, source, seed)
     if values is not None:
-        # The GEMM alternative (Triton's skeleton takes the GEMM into the kernel): planned on its own
+        # The GEMM alternative (the gemm skeletons take the GEMM into the kernel): planned on its own
         # trace, as the segment's rewrite changed that one; a failure there leaves the plan as it is.
         result.gemm = plan_gemm(task_id, module, model, inputs, values, source, covered)
     return result
 
 
 def write(plan: ScaffoldPlan, target: str) -> Scaffold:
-    chosen = plan.for_target(target)  # Triton takes a GEMM into the kernel where the planner found one
+    chosen = plan.for_target(target)  # the GEMM alternative where the target takes it (types.for_target)
     sc = write_segment(chosen, target)
     if sc.available and chosen.segment is not None and chosen.segment.kind == SegmentKind.GEMM:
         sc.library_twin = _library_twin(plan, chosen, target)

@@ -95,7 +95,7 @@ def _c_scopes(sc: Scaffold) -> dict[str, Scope]:
     """Scopes by loop flag: "o" outside any loop over j, "j" inside one."""
     seg = sc.segment
     assert seg is not None
-    if seg.kind == SegmentKind.ELEMENTWISE:
+    if seg.kind != SegmentKind.ROW:  # a GEMM's region is elementwise on its product
         names = tuple(a.name for a in seg.args) + ("y",)
         return {"o": Scope(names + C_CONSTANTS, ("y",))}
     base = ("cols", "row") + C_CONSTANTS + (("threadIdx.x", "blockDim.x") if sc.target == "cuda" else ())

@@ -169,7 +169,7 @@ def _brace_balance(lines: list[str]) -> int:
 def _c_fixes(scaffold: Scaffold, lines: list[str], repairs: list[str]) -> list[str]:
     out = []
     seg = scaffold.segment
-    elementwise = seg is not None and seg.kind == SegmentKind.ELEMENTWISE
+    elementwise = seg is not None and seg.kind != SegmentKind.ROW  # a GEMM's region: elementwise on its product
     scalar_y = elementwise or (seg is not None and seg.per_row_output)  # `float y` declared before the region
     accessors = [a.name for a in seg.args] if seg is not None and not elementwise else []
     for line in lines:

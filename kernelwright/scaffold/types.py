@@ -22,15 +22,20 @@ from kernelwright.scaffold.compiled import as_compiled
 BEGIN = "REGION BEGIN"
 END = "REGION END"
 # Targets whose skeleton takes a GEMM into the kernel (ScaffoldPlan.gemm): Triton's tl.dot gives a
-# tiled, autotuned GEMM in a few lines; CUDA and C++ keep the library GEMM in PyTorch.
+# tiled, autotuned GEMM in a few lines (3xTF32 for fp32, faster than cuBLAS's fp32 GEMM on the H200).
 GEMM_TARGETS = frozenset({"triton"})
+# Targets that take a GEMM in only where the plan has no segment of its own (a lone GEMM, a GEMM
+# followed by what no kernel here fuses): CUDA's GEMM skeleton multiplies fp32 in FFMA, no faster
+# than the library's fp32 GEMM, so where an epilogue kernel after the library's GEMM exists it stays
+# (and the programs pinned by the digest test stay what they were). C++ keeps the library GEMM.
+GEMM_WHERE_NO_SEGMENT = frozenset({"cuda"})
 
 
 class SegmentKind(str, enum.Enum):
     ELEMENTWISE = "elementwise"  # out[i] depends on element i of each input (after broadcasting)
     ROW = "row"  # out row r depends on row r of the inputs: reductions, softmax, norms, scans
-    # out = epilogue(A @ B (+ bias)): the GEMM itself is taken into the kernel (Triton only, see
-    # ScaffoldPlan.gemm); the epilogue is elementwise on the fp32 accumulator, the main arg
+    # out = epilogue(A @ B (+ bias)): the GEMM itself is taken into the kernel (Triton and CUDA, see
+    # ScaffoldPlan.for_target); the epilogue is elementwise on the fp32 accumulator, the main arg
     GEMM = "gemm"
 
 
@@ -158,13 +163,15 @@ class ScaffoldPlan(Versioned):
     probes: Optional[Probes] = None  # for the region pre-check; None where they could not be made
     # The same task planned with its GEMM taken into the kernel (a `gemm` segment, the epilogue after
     # it, a ModelNew calling the kernel in place of both), where the planner found one that covers
-    # at least this plan's segment; only the targets in GEMM_TARGETS are written from it
-    # (for_target), so the CUDA and C++ plans are what they were.
+    # at least this plan's segment; the targets in GEMM_TARGETS are written from it, those in
+    # GEMM_WHERE_NO_SEGMENT where this plan has no segment (for_target)
     gemm: Optional["ScaffoldPlan"] = None
 
     def for_target(self, target: str) -> "ScaffoldPlan":
         """The plan a target's skeleton and pre-check use."""
-        if target in GEMM_TARGETS and self.gemm is not None and self.gemm.available:
+        if self.gemm is None or not self.gemm.available:
+            return self
+        if target in GEMM_TARGETS or (target in GEMM_WHERE_NO_SEGMENT and not self.available):
             return self.gemm
         return self
 

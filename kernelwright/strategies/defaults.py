@@ -8,8 +8,9 @@ one rule for all three, decided here and nowhere else.
   in a regime spec) override it.
 - target: from the device, `cpp` on the CPU and `cuda` on a GPU. Where one module is known before
   any generation (`run`, `optimize`) and the scaffold is on, a GPU gets `triton` when that module's
-  GEMM fuses with the ops after it: only the Triton skeleton takes a GEMM into one kernel
-  (scaffold.types.GEMM_TARGETS); CUDA's leaves the GEMM to the library, as torch.compile does. A
+  GEMM fuses with the ops after it: only the Triton skeleton takes a GEMM into one kernel with them
+  (scaffold.types.GEMM_TARGETS); CUDA's leaves such a GEMM to the library, as torch.compile does,
+  and takes in only a GEMM with nothing after it to fuse (GEMM_WHERE_NO_SEGMENT). A
   study fixes one target for all its tasks, so its GPUs get `cuda`.
 """
 

@@ -158,6 +158,14 @@ def test_roles_views_constants_and_noops():
     assert [n.role for n in graph.nodes] == [Role.NOOP, Role.NOOP, Role.COMPUTE]
     assert classify(graph).shape == S
 
+    class Transposed(nn.Module):  # `.T` is the data transposed, `.shape` metadata
+        def forward(self, a, b):
+            return torch.matmul(a.T, b) * a.shape[0]
+
+    graph = build_graph(Transposed(), [torch.randn(5, 3), torch.randn(5, 4)])
+    assert [(n.target, n.role) for n in graph.nodes][:3] == [("transpose", Role.VIEW), ("matmul", Role.COMPUTE),
+                                                             ("getattr", Role.META)]
+
 
 def test_node_records_shapes_scalars_and_flops():
     graph = build_graph(*reference("builtin/L2/02_conv2d_mish_clamp"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelwright.scaffold.types import GEMM_TARGETS, SegmentKind
+from kernelwright.scaffold.types import GEMM_TARGETS, GEMM_WHERE_NO_SEGMENT, SegmentKind
 from kernelwright.scaffold.writers import WRITERS, launch_variants, writer_for
 
 TARGETS = ("cpp", "cuda", "triton")
@@ -16,15 +16,15 @@ def test_every_plannable_target_and_kind_has_one_writer() -> None:
     pairs = [(w.target, k) for w in WRITERS for k in w.kinds]
     assert len(pairs) == len(set(pairs)), "two writers claim one (target, kind)"
     wanted = {(t, k) for t in TARGETS for k in (SegmentKind.ELEMENTWISE, SegmentKind.ROW)}
-    wanted |= {(t, SegmentKind.GEMM) for t in GEMM_TARGETS}
+    wanted |= {(t, SegmentKind.GEMM) for t in GEMM_TARGETS | GEMM_WHERE_NO_SEGMENT}
     assert set(pairs) == wanted
     for target, kind in wanted:
         assert writer_for(target, kind).target == target
 
 
 def test_a_pair_without_a_writer_is_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="no cuda skeleton for a gemm segment"):
-        writer_for("cuda", SegmentKind.GEMM)
+    with pytest.raises(ValueError, match="no cpp skeleton for a gemm segment"):
+        writer_for("cpp", SegmentKind.GEMM)
     with pytest.raises(ValueError, match="no rocm skeleton for a row segment"):
         writer_for("rocm", SegmentKind.ROW)
 

@@ -8,8 +8,9 @@ in the planning child); here nothing imports torch:
 
 * C++ and CUDA regions: the skeleton's kernel with the region in it, compiled by the system compiler
   without torch headers, CUDA on a host shim (native.py); many regions share one translation unit;
-* Triton regions: the region's statements on a NumPy stand-in for `tl` (tl_shim.py); a `gemm`
-  segment's region (elementwise on the accumulator) in the elementwise kernel, on the epilogue's probes.
+* Triton regions: the region's statements on a NumPy stand-in for `tl` (tl_shim.py);
+* a `gemm` segment's region (elementwise on the accumulator, Triton or CUDA) in the target's
+  elementwise kernel, on the epilogue's probes.
 
 Both run the region in a confined child (the evaluator's confinement where this machine has it),
 never in this process. Results are remembered per (probes, target, region): a search loop asking
@@ -42,9 +43,9 @@ def precheck_many(plan: ScaffoldPlan, target: str, regions: list[str]) -> list[P
     started = time.perf_counter()
     plan = plan.for_target(target)  # the plan the target's skeleton was written from (Triton: a GEMM one)
     seg, probes = plan.segment, plan.probes
-    if seg is not None and seg.kind == SegmentKind.GEMM and target != "triton":
+    if seg is not None and seg.kind == SegmentKind.GEMM and target not in ("triton", "cuda"):
         return [PrecheckResult(status=PrecheckStatus.UNSUPPORTED, target=target,
-                               error="the gemm layout is written for Triton only") for _ in regions]
+                               error=f"the gemm layout has no {target} skeleton") for _ in regions]
     if seg is None or probes is None:
         why = plan.reason if seg is None else "the plan has no probes for this segment"
         return [PrecheckResult(status=PrecheckStatus.UNSUPPORTED, target=target, error=why) for _ in regions]

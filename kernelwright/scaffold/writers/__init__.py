@@ -3,7 +3,8 @@
 * ``cpp.py``: CPU C++ (``load_inline``), elementwise and row segments;
 * ``cuda.py``: CUDA (``load_inline``), elementwise and row segments;
 * ``triton.py``: Triton, elementwise and row segments;
-* ``triton_gemm.py``: Triton, a GEMM with its epilogue as the region.
+* ``triton_gemm.py``: Triton, a GEMM with its epilogue as the region;
+* ``cuda_gemm.py``: CUDA (``load_inline``), a GEMM with its epilogue as the region.
 
 ``clike.py`` holds what the two ``load_inline`` writers share, ``base.py`` what all share. A new
 layout or target is one module with one writer class, listed in WRITERS.
@@ -17,13 +18,14 @@ from kernelwright.scaffold.types import Scaffold, ScaffoldPlan, Segment, Segment
 from kernelwright.scaffold.writers.base import SkeletonWriter, with_launch
 from kernelwright.scaffold.writers.cpp import CppWriter
 from kernelwright.scaffold.writers.cuda import CudaWriter
+from kernelwright.scaffold.writers.cuda_gemm import CudaGemmWriter
 from kernelwright.scaffold.writers.triton import TritonWriter
 from kernelwright.scaffold.writers.triton_gemm import TritonGemmWriter
 
 __all__ = ["WRITERS", "SkeletonWriter", "default_launch", "launch_variants", "shared_programs", "with_launch",
            "write_segment", "writer_for"]
 
-WRITERS: tuple[SkeletonWriter, ...] = (CppWriter(), CudaWriter(), TritonWriter(), TritonGemmWriter())
+WRITERS: tuple[SkeletonWriter, ...] = (CppWriter(), CudaWriter(), TritonWriter(), TritonGemmWriter(), CudaGemmWriter())
 _BY_KIND: dict[tuple[str, SegmentKind], SkeletonWriter] = {(w.target, k): w for w in WRITERS for k in w.kinds}
 
 

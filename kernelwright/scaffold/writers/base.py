@@ -87,6 +87,20 @@ def variables(seg: Segment, words: RegionWords, math: str) -> list[str]:
     return lines + [math]
 
 
+def gemm_variables(seg: Segment, x_type: str, extra_type: str, y_line: str, math: str) -> list[str]:
+    """What a gemm region can read and must write, for the prompt: `x` the product (its type and
+    extent `x_type`), each extra input (`extra_type`), then `y_line` and the math line."""
+    spec = seg.gemm
+    assert spec is not None
+    main = seg.main
+    gemm_line = seg.torch_lines[spec.lines - 1].removeprefix("# ")  # shown commented: computed before the region
+    bias = ", its bias included" if spec.bias is not None else ""
+    lines = [f"`{main.name}` ({x_type}): the GEMM's result, `{gemm_line}` above"
+             f"{bias}, already accumulated in fp32 by the kernel's loop over K; {main.describe}"]
+    lines += [f"`{a.name}` ({extra_type}): {a.describe}" for a in seg.extras]
+    return lines + [y_line, math]
+
+
 BCAST_HELPER = '''
 def _kw_bcast(t, shape, cols=0):
     """t broadcast against `shape`, as (flat contiguous values, inner, span): element i of the

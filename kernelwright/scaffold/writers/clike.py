@@ -35,6 +35,7 @@ C_MATH = {
     "softplus": ("std::exp, std::log", "expf, logf"),
 }
 NO_HELPERS = "there are no relu/sigmoid/gelu functions"
+LOAD_INLINE_HEADER = "import math\n\nimport torch\nfrom torch.utils.cpp_extension import load_inline\n"
 
 
 def c_math_line(seg: Segment, column: int) -> str:
@@ -158,8 +159,7 @@ class LoadInlineWriter:
         call = f"kw_ext.kw_fused_impl({', '.join(['x'] + ext_args(seg) + knobs)})"
         if launch:
             kernel_part += f"\n{launch_line(launch)}\n"
-        header = "import math\n\nimport torch\nfrom torch.utils.cpp_extension import load_inline\n"
-        program = assemble_program(plan, header, kernel_part, segment_wrapper(seg, call))
+        program = assemble_program(plan, LOAD_INLINE_HEADER, kernel_part, segment_wrapper(seg, call))
         default = ("// (empty: y stays x)" if seg.kind == SegmentKind.ELEMENTWISE else
                    "// (empty: y stays 0)" if seg.per_row_output else "// (empty)")
         return make_scaffold(plan, seg, self.target, program, kernel_view, indent, default, self.target,

@@ -368,6 +368,19 @@ def cuda_view(seg: Segment) -> str:
             f"{loads}{y_decl}    {PLACEHOLDER}\n{y_store}}}\n")
 
 
+def cuda_extension(plan: ScaffoldPlan, decl: str, body: str) -> str:
+    """The program's extension: the host function's declaration in `cpp_sources`, the includes and
+    `body` (kernel and host function) in `cuda_sources`, and the `load_inline` call."""
+    # load_inline starts cuda_sources with <torch/types.h>, all the host code needs; <torch/extension.h>
+    # (the whole C++ frontend and pybind11) would make nvcc take 2-3x as long (main.cpp has it)
+    includes = ("#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAException.h>\n#include <math.h>\n"
+                "#include <algorithm>\n#include <cstdint>\n")
+    name = ext_name(plan, "cuda")
+    return (f'KW_CPP_SOURCE = """\n{decl}\n"""\n\nKW_CUDA_SOURCE = r"""\n{includes}{body}"""\n\n'
+            f'kw_ext = load_inline(name="{name}", cpp_sources=KW_CPP_SOURCE, cuda_sources=KW_CUDA_SOURCE,\n'
+            f'                     functions=["kw_fused_impl"], extra_cuda_cflags={CUDA_FLAGS!r}, verbose=False)\n')
+
+
 class CudaWriter(LoadInlineWriter):
     target = "cuda"
     math_column = 1
@@ -425,14 +438,6 @@ class CudaWriter(LoadInlineWriter):
                       "    C10_CUDA_KERNEL_LAUNCH_CHECK();\n")
         decl, host = host_function(seg, "is_cuda()", launch, tuple(self.default_launch(seg)))
         kernel_prog, kernel_view = marked_kernel(kernel, indent, "//", cuda_view(seg))
-        # load_inline starts cuda_sources with <torch/types.h>, all the host code needs; <torch/extension.h>
-        # (the whole C++ frontend and pybind11) would make nvcc take 2-3x as long (main.cpp has it)
-        includes = ("#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAException.h>\n#include <math.h>\n"
-                    "#include <algorithm>\n#include <cstdint>\n")
-        cuda_src = f"{includes}{CUDA_IO}{CUDA_DYNAMIC_SHARED}{helpers}\n{kernel_prog}\n{host}"
-        name = ext_name(plan, "cuda")
-        kernel_part = (f'KW_CPP_SOURCE = """\n{decl}\n"""\n\nKW_CUDA_SOURCE = r"""\n{cuda_src}"""\n\n'
-                       f'kw_ext = load_inline(name="{name}", cpp_sources=KW_CPP_SOURCE, cuda_sources=KW_CUDA_SOURCE,\n'
-                       f'                     functions=["kw_fused_impl"], extra_cuda_cflags={CUDA_FLAGS!r}, verbose=False)\n')
+        kernel_part = cuda_extension(plan, decl, f"{CUDA_IO}{CUDA_DYNAMIC_SHARED}{helpers}\n{kernel_prog}\n{host}")
         view_helpers = CUDA_HELPERS_VIEW if helpers else ""
         return self.finish(plan, seg, kernel_part, view_helpers + kernel_view, indent)

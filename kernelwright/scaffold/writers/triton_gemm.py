@@ -43,6 +43,7 @@ from kernelwright.scaffold.writers.base import (
     abridge,
     extra_params,
     extra_shaping,
+    gemm_variables,
     make_scaffold,
     marked_kernel,
 )
@@ -330,17 +331,10 @@ def _launcher(seg: Segment, products: str = "") -> str:
 
 def variables(seg: Segment) -> list[str]:
     """What the region can read and must write, for the prompt."""
-    spec = seg.gemm
-    assert spec is not None
-    main = seg.main
-    gemm_line = seg.torch_lines[spec.lines - 1].removeprefix("# ")  # shown commented: computed before the region
-    bias = ", its bias included" if spec.bias is not None else ""
-    lines = [f"`{main.name}` (float32, a BLOCK_M x BLOCK_N tile of the output): the GEMM's result, `{gemm_line}` above"
-             f"{bias}, already accumulated in fp32 by the kernel's loop over K; {main.describe}"]
-    for a in seg.extras:
-        lines.append(f"`{a.name}` (float32, the same BLOCK_M x BLOCK_N tile, one value per output element): {a.describe}")
-    lines.append("`y` (already set to x): assign the result tile to it; it is stored where `mask` is True")
-    return lines + [triton_math_line(seg)]
+    return gemm_variables(seg, "float32, a BLOCK_M x BLOCK_N tile of the output",
+                          "float32, the same BLOCK_M x BLOCK_N tile, one value per output element",
+                          "`y` (already set to x): assign the result tile to it; it is stored where `mask` is True",
+                          triton_math_line(seg))
 
 
 def gemm_view(kernel: str, seg: Segment) -> str:
