@@ -30,7 +30,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP, cls=Com
 from kernelwright.cli.console import err, fail, out, say_error
 from kernelwright.device import default_target
 from kernelwright.errors import EXIT_BAD_INPUT
-from kernelwright.evaluate.evaluator import EvalConfig
+from kernelwright.evaluate.config import EVAL_DEFAULTS
 from kernelwright.records import NewerSchema
 
 
@@ -99,21 +99,21 @@ def eval_cmd(
     task: str = typer.Option(..., "--task", "-t", help="A task file, a built-in task id/name, or a spec selecting one task."),
     candidate: Path = typer.Option(..., "--candidate", "-c", help="Python file (or raw model answer) defining ModelNew."),
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
-    timeout: float = typer.Option(EvalConfig.timeout, help="Hard wall-clock limit for the whole evaluation, in seconds."),
+    timeout: float = typer.Option(EVAL_DEFAULTS.timeout, help="Hard wall-clock limit for the whole evaluation, in seconds."),
     json_out: bool = typer.Option(False, "--json", help="Print exactly the result record as JSON."),
     compile_only: bool = typer.Option(False, "--compile-only", help="Build only (CUDA sources compile without a GPU)."),
-    trials: int = typer.Option(EvalConfig.trials, help="Correctness trials, each on fresh random inputs."),
+    trials: int = typer.Option(EVAL_DEFAULTS.trials, help="Correctness trials, each on fresh random inputs."),
     atol: Optional[float] = typer.Option(None, help="Absolute tolerance (default 1e-4 fp32, 1e-2 fp16/bf16)."),
     rtol: Optional[float] = typer.Option(None, help="Relative tolerance (default as atol)."),
-    iters: int = typer.Option(EvalConfig.iters, help="Timed calls per module."),
-    warmup: int = typer.Option(EvalConfig.warmup, help="Untimed warm-up calls per module."),
+    iters: int = typer.Option(EVAL_DEFAULTS.iters, help="Timed calls per module."),
+    warmup: int = typer.Option(EVAL_DEFAULTS.warmup, help="Untimed warm-up calls per module."),
     size: str = typer.Option("auto", help=SIZE_HELP),
-    seed: int = typer.Option(EvalConfig.seed, help="Base seed for parameters and inputs."),
+    seed: int = typer.Option(EVAL_DEFAULTS.seed, help="Base seed for parameters and inputs."),
     no_timing: bool = typer.Option(False, "--no-timing", help="Check correctness only."),
     unconfined: bool = typer.Option(False, "--unconfined", help=UNCONFINED_HELP),
 ) -> None:
     """Evaluate one candidate against one task: compile, check, prove custom code ran, time."""
-    from kernelwright.evaluate import EvalConfig, GPUUnavailableError, evaluate
+    from kernelwright.evaluate import EvalConfig, EvalRun, GPUUnavailableError, evaluate
     from kernelwright.tasks import load_task
     from kernelwright.tasks.sizing import check_size, sized_task
 
@@ -126,10 +126,10 @@ def eval_cmd(
         fail(f"cannot read candidate {candidate}: {e.strerror}")
     the_task = sized_task(load_task(task), size, device)
     try:
-        cfg = EvalConfig(device=device, timeout=timeout, trials=trials, atol=atol, rtol=rtol, iters=iters,
-                         warmup=warmup, compile_only=compile_only, size=size, seed=seed, time=not no_timing,
+        cfg = EvalConfig(timeout=timeout, trials=trials, atol=atol, rtol=rtol, iters=iters, warmup=warmup,
+                         compile_only=compile_only, size=size, seed=seed, time=not no_timing,
                          unconfined=warn_unconfined(unconfined))
-        result = evaluate(the_task, text, cfg)
+        result = evaluate(the_task, text, EvalRun(cfg, device=device))
     except GPUUnavailableError as e:  # the last candidate's record is still printed where one was asked for
         if e.result is not None and json_out:
             print(e.result.to_json(indent=2))
@@ -181,8 +181,8 @@ def run_cmd(
     turns: Optional[int] = typer.Option(None, help="Turns for iterative/agentic (default 3)."),
     seed: int = typer.Option(0, help="Sampling seed."),
     max_tokens: int = typer.Option(1024, help="Decoding budget per generated program."),
-    timeout: float = typer.Option(EvalConfig.timeout, help="Evaluation time limit per candidate, seconds."),
-    iters: int = typer.Option(EvalConfig.iters, help="Timed calls per module."),
+    timeout: float = typer.Option(EVAL_DEFAULTS.timeout, help="Evaluation time limit per candidate, seconds."),
+    iters: int = typer.Option(EVAL_DEFAULTS.iters, help="Timed calls per module."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder to record the run in, as a study folder: manifest.json, attempts.jsonl, cells.jsonl (appended; `kernelwright study report` reads it)."),
     json_out: bool = typer.Option(False, "--json", help="Print the cell record as JSON at the end."),
     scaffold: Optional[bool] = typer.Option(None, "--scaffold/--no-scaffold", help="Scaffolded generation: the system "
@@ -197,13 +197,12 @@ def run_cmd(
     from rich.text import Text
 
     from kernelwright.cli.display import Display
-    from kernelwright.evaluate import EvalConfig
+    from kernelwright.evaluate import EvalConfig, EvalRun
     from kernelwright.executors.base import EXECUTORS, make_executor, opened
     from kernelwright.llm import make_backend
     from kernelwright.llm.registry import is_embedded
     from kernelwright.strategies import parse_regime, run_regime
     from kernelwright.strategies.config import check_runnable
-    from kernelwright.study.spec import EvalSettings
     from kernelwright.tasks import load_task
     from kernelwright.tasks.sizing import check_size, sized_task
 
@@ -221,15 +220,14 @@ def run_cmd(
 
     validate_device(device)
     the_task = sized_task(load_task(task), size, device)
-    cfg = EvalConfig(device=device, timeout=timeout, iters=iters, size=size, unconfined=warn_unconfined(unconfined))
+    run = EvalRun(EvalConfig(timeout=timeout, iters=iters, size=size, unconfined=warn_unconfined(unconfined)),
+                  device=device)
     backend = make_backend(model)
     err.print(f"regime {config.spec} · task {the_task.id} · model {backend.model} · target {tgt} · device {device}")
     try:
-        with _cell_log(out_dir, the_task, backend.model, model, device, EvalSettings(timeout=timeout, iters=iters,
-                                                                                     size=size),
-                       config, executor) as record, opened(make_executor(executor, [device])) as evaluator, \
+        with _cell_log(out_dir, the_task, backend.model, model, device, run.config, config, executor) as record, opened(make_executor(executor, [device])) as evaluator, \
                 Display(err) as display:
-            cell = run_regime(the_task, backend, config, cfg, sink=record.sink if record else lambda a: None,
+            cell = run_regime(the_task, backend, config, run, sink=record.sink if record else lambda a: None,
                               progress=display, config_hash=record.config_hash if record else None,
                               cell_sink=record.finish if record else None, executor=evaluator)
     except OSError as e:  # a full disk or a read-only folder: what is on disk stays whole (log.append_record)

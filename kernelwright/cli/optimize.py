@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from kernelwright.evaluate.evaluator import EvalConfig
+from kernelwright.evaluate.config import EVAL_DEFAULTS
 from kernelwright.events import Step
 from kernelwright.optimize.types import Options
 
@@ -41,8 +41,8 @@ def optimize_cmd(
     max_tokens: int = typer.Option(1024, help="Decoding budget per generated program."),
     scaffold: Optional[bool] = typer.Option(None, "--scaffold/--no-scaffold", help="Scaffolded generation (default: "
                                             "on for the embedded models)."),
-    timeout: float = typer.Option(EvalConfig.timeout, help="Evaluation time limit per candidate, seconds."),
-    iters: int = typer.Option(EvalConfig.iters, help="Timed calls per module."),
+    timeout: float = typer.Option(EVAL_DEFAULTS.timeout, help="Evaluation time limit per candidate, seconds."),
+    iters: int = typer.Option(EVAL_DEFAULTS.iters, help="Timed calls per module."),
     no_timing: bool = typer.Option(False, "--no-timing", hidden=True, help="Tests: never time (nothing can win)."),
     facts: Optional[Path] = _FACTS,
     executor: str = typer.Option("direct", help="Where candidates are evaluated: direct (a sandboxed child each), "
@@ -89,7 +89,7 @@ def optimize_cmd(
                    samples=samples, turns=turns, rounds=rounds, seed=seed, max_tokens=max_tokens,
                    scaffold=is_embedded(model) if scaffold is None else scaffold, eval_timeout=timeout,
                    iters=iters, time=not no_timing, executor=executor, size=size)
-    inp.eval_config(opts)  # bad evaluator options fail here, before any profiling
+    inp.eval_run(opts)  # bad evaluator options fail here, before any profiling
     check_runnable(parse_regime(regime, target=tgt))  # a bad spec fails here, not after the profiling
     checked = inp.check_runs(task, dev, size=size)
     why = ""

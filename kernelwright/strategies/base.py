@@ -13,12 +13,11 @@ import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from kernelwright import prompts
-from kernelwright.device import resolve_size
-from kernelwright.evaluate import EvalConfig
+from kernelwright.evaluate.config import EvalRun
 from kernelwright.events import Asking, Evaluating, EventFn, Generating, Judged, NoScaffold
 from kernelwright.executors.base import Direct, Executor
 from kernelwright.extract import extract_code
@@ -42,7 +41,7 @@ class RunContext:
     task: Task
     backend: Backend
     config: RegimeConfig
-    eval_config: EvalConfig
+    eval_run: EvalRun  # how and where every candidate is evaluated
     cell_key: str
     sink: Callable[[Attempt], None] = lambda a: None  # called once per attempt, as it finishes
     progress: ProgressFn = lambda event: None
@@ -61,7 +60,7 @@ class RunContext:
         if self._analysis is None:
             from kernelwright.prompts.facts import PromptFacts, analyze_for_prompts
 
-            provider = self.analysis_provider or (lambda t: analyze_for_prompts(t, self.eval_config.device))
+            provider = self.analysis_provider or (lambda t: analyze_for_prompts(t, self.eval_run.device))
             got = provider(self.task)
             self._analysis = got if isinstance(got, PromptFacts) else PromptFacts.from_analysis(got)
         return self._analysis
@@ -75,9 +74,8 @@ class RunContext:
         if self._scaffold is None:
             from kernelwright.scaffold import ScaffoldError, build
 
-            size = resolve_size(self.eval_config.device, self.eval_config.size)
             try:
-                sc = build(self.task, self.target, size, device=self.eval_config.device)
+                sc = build(self.task, self.target, self.eval_run.size, device=self.eval_run.device)
                 available, reason = sc.available, sc.reason
             except ScaffoldError as e:  # planning timed out
                 available, reason = False, str(e)
@@ -195,7 +193,7 @@ class RunContext:
             if code is None:
                 return EvalResult(verdict=Verdict.NO_CODE, error="no Python code in the answer", task_id=self.task.id,
                                   stages=[Stage(name="extract", seconds=0.0, ok=False)])
-            return self.executor.evaluate(self.task, code, replace(self.eval_config))
+            return self.executor.evaluate(self.task, code, self.eval_run)
 
         workers = max(1, min(self.config.eval_workers, len(codes)))
         with ThreadPoolExecutor(max_workers=workers) as pool:

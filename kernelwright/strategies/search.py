@@ -151,8 +151,6 @@ def _order(samples: list[Sample]) -> list[Sample]:
 
 
 def _build(ctx: RunContext, samples: list[Sample], turn: int) -> None:
-    from dataclasses import replace
-
     todo = _order(samples)[:MAX_BUILDS]
     shared = _shared(ctx, todo)
     for s in todo:
@@ -161,7 +159,7 @@ def _build(ctx: RunContext, samples: list[Sample], turn: int) -> None:
         ctx.progress(Evaluating(turn=turn, sample=s.index, n=len(samples)))
         failed: Optional[Stage] = None
         if shared is not None:
-            s.result = ctx.executor.evaluate(ctx.task, shared[s.index], replace(ctx.eval_config))
+            s.result = ctx.executor.evaluate(ctx.task, shared[s.index], ctx.eval_run)
             if not s.result.verdict.build_failed:
                 s.code, s.notes["shared_build"] = shared[s.index], len(shared)
                 s.built = True
@@ -173,7 +171,7 @@ def _build(ctx: RunContext, samples: list[Sample], turn: int) -> None:
                            ok=False, detail=f"one extension for {len(shared)} regions did not build "
                                             f"({s.result.verdict.value}); each region built alone")
             shared = None
-        s.result = ctx.executor.evaluate(ctx.task, _code(s), replace(ctx.eval_config))
+        s.result = ctx.executor.evaluate(ctx.task, _code(s), ctx.eval_run)
         if failed is not None:
             s.result.stages.insert(0, failed)
         s.built = True

@@ -44,11 +44,9 @@ def normalise(region: str) -> str:
 def task_plan(ctx: RunContext) -> Any:
     """The plan the task's scaffold was written from (cached): it carries the probes and PyTorch's
     values on them, which every pre-check reads."""
-    from kernelwright.device import resolve_size
     from kernelwright.scaffold import plan_task
 
-    return plan_task(ctx.task, resolve_size(ctx.eval_config.device, ctx.eval_config.size),
-                     device=ctx.eval_config.device)
+    return plan_task(ctx.task, ctx.eval_run.size, device=ctx.eval_run.device)
 
 
 def sample_note(s: Sample, samples: list[Sample]) -> dict[str, Any]:
@@ -130,8 +128,6 @@ def _tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attemp
     sc = ctx.scaffold()
     if sc is None or sc.segment is None:
         return
-    from dataclasses import replace
-
     from kernelwright.scaffold import launch_variants, with_launch
 
     verified = [a for a in batch if selection.tier(a.eval) >= 3]
@@ -142,7 +138,7 @@ def _tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attemp
     # After other cells' first candidates in a shared pool, and without compiling the reference
     # again: the compile baseline is the task's, measured once by the verified kernel's evaluation
     # (it was 2-5 full evaluations a variant before, on the H200 over half a study's evaluations).
-    cfg = replace(ctx.eval_config, priority=1, compile_baseline=False)
+    run = ctx.eval_run.but(priority=1, compile_baseline=False)
     # the answer is the verified one; the variant cost no tokens
     answer = Completion(text=best.raw_response, finish_reason=best.finish_reason, prompt_tokens=0,
                         completion_tokens=0, latency_s=0.0)
@@ -160,9 +156,9 @@ def _tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attemp
             return
         sample = first_sample + k
         ctx.progress(Evaluating(turn=turn, sample=sample, n=len(programs)))
-        result = ctx.executor.evaluate(ctx.task, program, replace(cfg))
+        result = ctx.executor.evaluate(ctx.task, program, run)
         note = {"tune": knobs, "of": best.id}
-        if ctx.eval_config.compile_baseline:
+        if ctx.eval_run.config.compile_baseline:
             result = _with_baseline(result, best.eval)
             note["compile_baseline_of"] = best.id
         attempt = ctx._attempt(messages, answer, program, None, result, turn, sample, 0.0, {"search": note})

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from typing import Any, Optional
 
 from kernelwright import prompts
@@ -225,7 +224,7 @@ def _build(ctx: RunContext, steps: list[Any], solved: dict[int, list[tuple[Sampl
             grounding = ground(code, ctx.target)
         ctx.progress(Evaluating(turn=turn, sample=c, n=len(picks)))  # the c-th composed region
         result = ctx.executor.evaluate(ctx.task, grounding.code if grounding is not None else code,
-                                       replace(ctx.eval_config))
+                                       ctx.eval_run)
         attempt = _composed(ctx, region, result, turn, sample, sources, check, built=True, code=code,
                             grounding=grounding)
         ctx.progress(Judged(turn=turn, sample=c, n=len(picks), verdict=result.verdict.value,

@@ -2,7 +2,7 @@
 
 A study folder finds its finished cells by config hash, an import by its own hash, and executors
 link exact duplicates by result key: the values below were computed by the code before the
-evaluation config took its present shape, so a change to that shape that moves any of them would
+evaluation config was split into a frozen EvalConfig and the run's place (EvalRun), so a change to that shape that moves any of them would
 orphan every study folder already written.
 """
 
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.evaluate import EvalConfig
+from kernelwright.evaluate import EvalConfig, EvalRun
 from kernelwright.executors.dedupe import result_key
 from kernelwright.records import Task
 from kernelwright.strategies.config import parse_regime
 from kernelwright.study.cell_log import CellLog
 from kernelwright.study.importer import plan_import
-from kernelwright.study.spec import EvalSettings, load_spec
+from kernelwright.study.spec import load_spec
 
 TASK = Task(id="pin/relu", name="relu", source="import torch\nclass Model(torch.nn.Module):\n"
             "    def forward(self, x):\n        return x.relu()\n")
@@ -34,7 +34,7 @@ TASK = Task(id="pin/relu", name="relu", source="import torch\nclass Model(torch.
      "d9ed2fe10f69a7f5fe472a25bfb5a125848a3f88bb147802621b1c23591f70fb"),
 ])
 def test_result_keys_are_unchanged(settings, key):
-    assert result_key(TASK, "c0de", EvalConfig(**settings)) == key
+    assert result_key(TASK, "c0de", EvalRun.of(**settings)) == key
 
 
 @pytest.mark.parametrize("flags,chash", [
@@ -50,8 +50,8 @@ def test_study_config_hashes_are_unchanged(tmp_path, flags, chash):
 
 def test_one_task_folder_and_import_hashes_are_unchanged(tmp_path):
     # optimize's folder: its evaluation settings as optimize builds them
-    settings = EvalSettings(timeout=240.0, iters=50, time=True, size="auto")
+    settings = EvalConfig(timeout=240.0, iters=50, time=True, size="auto")
     log = CellLog(Path(tmp_path), TASK, "replay-model", "cpu", settings, model_spec="replay:x.jsonl", kind="optimize")
     assert log.config_hash(parse_regime("search", target="cpp", seed=0, max_tokens=1024, scaffold=False)) == "a3d3d73d5405"
-    assert plan_import([], [], "kb", EvalSettings(), "cpu", None)[1] == "3724bdec0d50"
-    assert plan_import([], [], "kb", EvalSettings(compat="kernelbench", trials=3, timeout=600), "cuda", None)[1] == "9cc2a112394b"
+    assert plan_import([], [], "kb", EvalConfig(), "cpu", None)[1] == "3724bdec0d50"
+    assert plan_import([], [], "kb", EvalConfig(compat="kernelbench", trials=3, timeout=600), "cuda", None)[1] == "9cc2a112394b"
