@@ -15,7 +15,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -108,10 +108,10 @@ def evaluate(task: Task, candidate_text: str, run: Optional[EvalRun] = None) -> 
 
 def evaluate_direct(task: Task, candidate_text: str, run: Optional[EvalRun] = None,
                     sandbox_run: Optional[SandboxRun] = None) -> EvalResult:
-    """Evaluate here, in a fresh sandboxed child; `run` replaces sandbox.run_job (a worker pool
+    """Evaluate here, in a fresh sandboxed child; `sandbox_run` replaces sandbox.run_job (a worker pool
     hands over a child it started ahead of time)."""
     run = run or EvalRun()
-    run = replace(run, device=validate_device(run.device, run.config.compile_only))
+    run = run.but(device=validate_device(run.device, run.config.compile_only))
     pre = precheck(task, candidate_text, run)
     if isinstance(pre, EvalResult):
         return pre

@@ -221,7 +221,7 @@ class EvalPool:
     def submit(self, task: Task, candidate_text: str, run: Optional[EvalRun] = None) -> Future:
         """Queue one candidate; the Future gives its EvalResult (or GPUUnavailableError)."""
         run = run or EvalRun()
-        run = replace(run, device=validate_device(run.device, run.config.compile_only))
+        run = run.but(device=validate_device(run.device, run.config.compile_only))
         if device_key(run.device) not in self._device_q:
             raise ValueError(f"device {run.device} is not in this pool ({', '.join(self._device_q)})")
         with self._lock:
@@ -333,7 +333,7 @@ class EvalPool:
         run = job.run
         if run.device.startswith("cuda"):
             # the build key includes the arch: build for the GPU the candidate will run on
-            run = replace(run, extra_env={**run.extra_env, "TORCH_CUDA_ARCH_LIST": self._arch_for(run.device)})
+            run = run.but(extra_env={**run.extra_env, "TORCH_CUDA_ARCH_LIST": self._arch_for(run.device)})
         built = run_prepared(job.task, job.pre, run, slot.run, prebuild=True)
         with self._lock:
             self.stats.prebuilt += 1

@@ -37,7 +37,7 @@ import os
 import subprocess
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from kernelwright.device import visible_devices
@@ -59,7 +59,7 @@ def _node_id() -> str:
 
 
 def _prebuild(task: Task, pre: Prepared, run: EvalRun, env: dict[str, str]) -> tuple[EvalResult, str]:
-    run = replace(run, extra_env={**run.extra_env, **env})
+    run = run.but(extra_env={**run.extra_env, **env})
     return run_prepared(task, pre, run, prebuild=True), _node_id()
 
 
@@ -73,7 +73,7 @@ def _place() -> str:
 
 def _evaluate(task: Task, pre: Prepared, run: EvalRun) -> tuple[EvalResult, str]:
     if run.device.startswith("cuda"):
-        run = replace(run, device="cuda:0")  # the one GPU Ray gave this task (CUDA_VISIBLE_DEVICES)
+        run = run.but(device="cuda:0")  # the one GPU Ray gave this task (CUDA_VISIBLE_DEVICES)
     try:
         result = check_gpu_after(run_prepared(task, pre, run), run)
     except GPUUnavailableError as e:
@@ -209,7 +209,7 @@ class RayExecutor:
         late = clock_ran_out(task, pre.code_hash, run)
         if late is not None:
             return late
-        run = replace(run, deadline=None)
+        run = run.but(deadline=None)
         mine, work = self._links.claim(result_key(task, pre.code_hash, run))
         if work is None:
             self._count("linked_duplicates")
