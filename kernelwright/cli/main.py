@@ -225,8 +225,8 @@ def run_cmd(
     backend = make_backend(model)
     err.print(f"regime {config.spec} · task {the_task.id} · model {backend.model} · target {tgt} · device {device}")
     try:
-        with _cell_log(out_dir, the_task, backend.model, model, device, run.config, config, executor) as record, opened(make_executor(executor, [device])) as evaluator, \
-                Display(err) as display:
+        with _cell_log(out_dir, the_task, backend.model, model, device, run.config, config, executor) as record, \
+                opened(make_executor(executor, [device])) as evaluator, Display(err) as display:
             cell = run_regime(the_task, backend, config, run, sink=record.sink if record else lambda a: None,
                               progress=display, config_hash=record.config_hash if record else None,
                               cell_sink=record.finish if record else None, executor=evaluator)

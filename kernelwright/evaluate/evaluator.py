@@ -456,7 +456,8 @@ def _assemble(task: Task, code_hash: str, run: EvalRun, out: sandbox.SandboxOutc
                 confinement=out.confinement)
     if out.timed_out:
         where = out.last_stage or "start-up"
-        return EvalResult(verdict=Verdict.TIMEOUT, error=f"killed after {run.config.timeout:.0f} s during stage '{where}'",
+        return EvalResult(verdict=Verdict.TIMEOUT,
+                          error=f"killed after {run.config.timeout:.0f} s during stage '{where}'",
                           compiled=_compiled_by(stages), **base)
     if out.oom_kills and (final is None or final.verdict in ("crash", "runtime_error")):
         # the kernel killed a process of the evaluation at its memory limit: the candidate's process

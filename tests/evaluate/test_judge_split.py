@@ -47,7 +47,8 @@ def test_a_runner_claims_only_losing_verdicts(claimed, at_import, later, tmp_pat
     from kernelwright.evaluate.evaluator import EvalRun, make_job
     from kernelwright.tasks import load_task
 
-    job = make_job(load_task(str(TASKS / "bias_relu.py")), "", "h" * 64, EvalRun.of(time=False, cache_dir=str(tmp_path)))
+    job = make_job(load_task(str(TASKS / "bias_relu.py")), "", "h" * 64,
+                   EvalRun.of(time=False, cache_dir=str(tmp_path)))
     judge = Judge(job, None, None)  # type: ignore[arg-type]
     reply = Reply(ok=False, kind="error", verdict=claimed, error="said so")
     assert judge._claim(reply, importing=True).verdict == at_import

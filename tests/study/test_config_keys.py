@@ -1,9 +1,8 @@
 """The keys written to disk and used to link duplicates stay the same values for the same settings.
 
 A study folder finds its finished cells by config hash, an import by its own hash, and executors
-link exact duplicates by result key: the values below were computed by the code before the
-evaluation config was split into a frozen EvalConfig and the run's place (EvalRun), so a change to that shape that moves any of them would
-orphan every study folder already written.
+link exact duplicates by result key. The values below are those of folders already on disk: a
+change to the evaluation config's shape that moved any of them would orphan every one of them.
 """
 
 from __future__ import annotations
@@ -52,6 +51,23 @@ def test_one_task_folder_and_import_hashes_are_unchanged(tmp_path):
     # optimize's folder: its evaluation settings as optimize builds them
     settings = EvalConfig(timeout=240.0, iters=50, time=True, size="auto")
     log = CellLog(Path(tmp_path), TASK, "replay-model", "cpu", settings, model_spec="replay:x.jsonl", kind="optimize")
-    assert log.config_hash(parse_regime("search", target="cpp", seed=0, max_tokens=1024, scaffold=False)) == "a3d3d73d5405"
+    regime = parse_regime("search", target="cpp", seed=0, max_tokens=1024, scaffold=False)
+    assert log.config_hash(regime) == "a3d3d73d5405"
     assert plan_import([], [], "kb", EvalConfig(), "cpu", None)[1] == "3724bdec0d50"
-    assert plan_import([], [], "kb", EvalConfig(compat="kernelbench", trials=3, timeout=600), "cuda", None)[1] == "9cc2a112394b"
+    kb = EvalConfig(compat="kernelbench", trials=3, timeout=600)
+    assert plan_import([], [], "kb", kb, "cuda", None)[1] == "9cc2a112394b"
+
+
+def test_the_config_is_one_frozen_value(tmp_path):
+    cfg = EvalConfig(trials=3, timeout=120)
+    with pytest.raises(ValueError):
+        cfg.trials = 4  # type: ignore[misc]
+    assert cfg == EvalConfig(trials=3, timeout=120.0) and hash(cfg) == hash(EvalConfig(trials=3, timeout=120.0))
+    assert EvalConfig.model_validate_json(cfg.model_dump_json()) == cfg
+    # a study's [eval] is that config, and what its manifest records reads back as the same one
+    spec = load_spec(None, {"out": str(tmp_path), "eval.trials": 3, "eval.timeout": 120})
+    assert spec.eval == cfg and EvalConfig.model_validate(spec.model_dump(mode="json")["eval"]) == cfg
+    # a variation is a new value, checked as any: the run's place never enters the config
+    run = EvalRun(cfg, device="cpu", priority=1)
+    assert run.but(compile_baseline=True).config == cfg.but(compile_baseline=True) and run.config == cfg
+    assert result_key(TASK, "c0de", run) == result_key(TASK, "c0de", run.but(priority=0, deadline=1.0))
