@@ -36,7 +36,7 @@ _NEVER_KEYED = ("unconfined",)
 
 class EvalConfig(BaseModel):
     """What is judged and how. Bad values are bad input (EvaluatorError, one line) wherever it is
-    built: the CLI, a study file, optimize; inside a StudySpec pydantic reports them as `eval.X`."""
+    built: the CLI, a study file (also when pydantic builds it inside a StudySpec), optimize."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -78,7 +78,7 @@ class EvalConfig(BaseModel):
     second_shape: bool = True
 
     def __init__(self, **data: Any) -> None:
-        # built by a caller (not nested in a StudySpec): a bad value is the evaluator's bad input
+        # pydantic calls this for a nested config too (a StudySpec's [eval]): one error type for all
         try:
             super().__init__(**data)
         except ValidationError as e:

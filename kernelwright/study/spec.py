@@ -37,7 +37,7 @@ from pydantic import (
 )
 
 from kernelwright.device import device_key, device_kind
-from kernelwright.errors import BadInput
+from kernelwright.errors import BadInput, EvaluatorError
 from kernelwright.evaluate.config import EvalConfig
 from kernelwright.executors.base import EXECUTORS
 from kernelwright.strategies.config import RegimeConfig, RegimeError, parse_regime
@@ -248,3 +248,5 @@ def load_spec(path: Path | None, overrides: dict[str, Any] | None = None) -> Stu
         raise StudySpecError(_one_line(e)) from None
     except RegimeError as e:  # raised by parse_regime in a derived call
         raise StudySpecError(str(e)) from None
+    except EvaluatorError as e:  # the [eval] table's own check (EvalConfig), one line already
+        raise StudySpecError(f"eval: {e}") from None
