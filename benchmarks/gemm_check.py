@@ -1,7 +1,7 @@
 """The Triton gemm skeleton on a GPU: for each task whose Triton plan takes its GEMM into the kernel,
 the oracle program through the real evaluator (timed against eager PyTorch and torch.compile), and
 the kernels' own device time (device_time.py) under each way of multiplying fp32 operands: the
-skeleton's policy (gemm_skeleton.FP32_PRODUCTS) and the others of gemm_skeleton.PRODUCTS: "split3"
+skeleton's policy (writers.triton_gemm.FP32_PRODUCTS) and the others of triton_gemm.PRODUCTS: "split3"
 (3xTF32 on operands split once), "ieee" (fp32 FMA), "tf32x3" (Triton's own 3xTF32, split inside
 the loop) and "tf32" (one TF32 pass, Triton's default for fp32 `tl.dot`), each with its error
 against the reference in float64. The TF32 twin also goes through the evaluator: on fp32 tasks it
@@ -26,7 +26,7 @@ from device_time import measure  # noqa: E402
 from kernelwright.device import resolve_size  # noqa: E402
 from kernelwright.evaluate import EvalRun, evaluate  # noqa: E402
 from kernelwright.scaffold import SegmentKind, plan_tasks, write  # noqa: E402
-from kernelwright.scaffold.gemm_skeleton import FP32_PRODUCTS, PRODUCTS, write_triton_gemm  # noqa: E402
+from kernelwright.scaffold.writers.triton_gemm import FP32_PRODUCTS, PRODUCTS, write_triton_gemm  # noqa: E402
 from kernelwright.scaffold.oracle import region  # noqa: E402
 from kernelwright.tasks import load_task  # noqa: E402
 

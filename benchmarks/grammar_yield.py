@@ -39,6 +39,7 @@ from kernelwright.strategies import (
     search,  # noqa: E402
 )
 from kernelwright.strategies.base import RunContext  # noqa: E402
+from kernelwright.strategies.search.parts import prompt_vars  # noqa: E402
 from kernelwright.tasks import load_tasks  # noqa: E402
 
 # elementwise (with and without extras) and row kernels (a reduction, a norm with a weight)
@@ -108,8 +109,8 @@ def main() -> int:
                 break
             grammar = region_grammar(sc)
             # the regime's own first request (its prompt and grammar), n samples of it
-            request = ctx._request(ctx.messages(prompts.render("task", **search.prompt_vars(ctx))), args.n,
-                                   search.DEFAULT_TEMPERATURE, args.max_tokens, args.seed)
+            request = ctx.request(ctx.messages(prompts.render("task", **prompt_vars(ctx))), args.n,
+                                  search.DEFAULT_TEMPERATURE, args.max_tokens, args.seed)
             request = request.model_copy(update={"grammar": grammar if arm != "no_grammar" else None})
             started = time.monotonic()
             comps = backend.generate([request])[0]

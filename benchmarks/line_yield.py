@@ -3,7 +3,7 @@ a time, scaffold/steps.py), pre-checked, under two versions of one part of the p
 
 Arms: `now` (the prompt as search sends it), `whole-tl` (Triton: the math line as it was before
 7a056c7, all of `tl` and the rule for tanh, whatever the line needs), `hot` (the prompt as `now`,
-sampled at the temperature of search's second turn, search_steps.HEAT_STEP), `no-loop` (C++ rows:
+sampled at the temperature of search's second turn, search.steps.HEAT_STEP), `no-loop` (C++ rows:
 without the line that shows the loop over the row, as before 2026-12-03b) and `no-parts` (a
 composite op one line, as before decompose.py: its rows are the op's own line). Per task and line, n
 answers a request (search's temperature, the same seeds in every arm), each spliced into the line's
@@ -34,7 +34,7 @@ from kernelwright.scaffold import assemble, plan_tasks, precheck_many, write  # 
 from kernelwright.scaffold.steps import line_target, split, worth_it  # noqa: E402
 from kernelwright.strategies import parse_regime, search  # noqa: E402
 from kernelwright.strategies.base import RunContext  # noqa: E402
-from kernelwright.strategies.search_steps import HEAT_STEP, _vars  # noqa: E402
+from kernelwright.strategies.search.steps import HEAT_STEP, line_prompt_vars  # noqa: E402
 from kernelwright.tasks import load_tasks  # noqa: E402
 
 # The Triton math line before 7a056c7 (skeleton.TRITON_MATH), for the `whole-tl` arm
@@ -81,8 +81,8 @@ def main() -> int:
                     shown = sc.model_copy(update={"variables": [v for v in sc.variables
                                                                 if not v.startswith("loop over the row")]})
                 heat = search.DEFAULT_TEMPERATURE + (HEAT_STEP if arm == "hot" else 0.0)
-                request = ctx._request(ctx.messages(prompts.render("task", **_vars(ctx, shown))), args.n,
-                                       heat, args.max_tokens, args.seed)
+                request = ctx.request(ctx.messages(prompts.render("task", **line_prompt_vars(ctx, shown))), args.n,
+                                      heat, args.max_tokens, args.seed)
                 started = time.monotonic()
                 comps = backend.generate([request])[0]
                 took = time.monotonic() - started

@@ -30,6 +30,8 @@ from kernelwright.llm import make_backend  # noqa: E402
 from kernelwright.llm.base import ChatMessage  # noqa: E402
 from kernelwright.strategies import parse_regime  # noqa: E402
 from kernelwright.strategies import search as S  # noqa: E402
+from kernelwright.strategies.search.parts import Sample, dedupe, distinct, follow_up  # noqa: E402
+from kernelwright.strategies.search.region import draw, precheck  # noqa: E402
 from kernelwright.strategies.base import RunContext  # noqa: E402
 from kernelwright.tasks import load_tasks  # noqa: E402
 
@@ -60,7 +62,7 @@ def situations(folder: Path) -> list[dict]:
     return out
 
 
-def kind(s: S.Sample) -> str:
+def kind(s: Sample) -> str:
     if s.check is None:
         return "unsupported"
     status = s.check.status.value
@@ -91,23 +93,23 @@ def main() -> int:
         ctx = RunContext(task=tasks[sit["task"]], backend=backend, config=config,
                          eval_run=EvalRun(device="cpu"), cell_key=f"repair-{i}")
         arms = {"fresh prompt": tuple(ChatMessage(**m) for m in sit["old"]),
-                "follow-up": S.follow_up(tuple(ChatMessage(**m) for m in sit["base"]), sit["fence"],
-                                         sit["region"], sit["problem"])}
+                "follow-up": follow_up(tuple(ChatMessage(**m) for m in sit["base"]), sit["fence"],
+                                       sit["region"], sit["problem"])}
         line = []
         for arm, messages in arms.items():
-            samples = S._draw(ctx, messages, 1, args.n, S.DEFAULT_TEMPERATURE)
-            S._dedupe(samples, set())
-            S._precheck(ctx, samples)
-            distinct = S._distinct(samples)
+            samples = draw(ctx, messages, 1, args.n, S.DEFAULT_TEMPERATURE)
+            dedupe(samples, set())
+            precheck(ctx, samples)
+            firsts = distinct(samples)
             c = counts[arm]
             c["situations"] += 1
             c["samples"] += len(samples)
-            c["distinct"] += len(distinct)
+            c["distinct"] += len(firsts)
             c["no region"] += sum(1 for s in samples if not s.region.strip())
-            for s in distinct:
+            for s in firsts:
                 c[kind(s)] += 1
-            c["cells with a pass"] += any(kind(s) == "pass" for s in distinct)
-            line.append(f"{arm}: " + " ".join(kind(s) for s in distinct))
+            c["cells with a pass"] += any(kind(s) == "pass" for s in firsts)
+            line.append(f"{arm}: " + " ".join(kind(s) for s in firsts))
         print(f"[{i + 1}/{len(found)}] {sit['task']}: " + " | ".join(line), flush=True)
     cols = ["situations", "samples", "distinct", "no region", *KINDS, "cells with a pass"]
     rows = ["| arm | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]

@@ -3,8 +3,8 @@
 The task prompt shows the model the kernel around its region. Shown whole, the CUDA elementwise
 kernel's vector loop, the CUDA row kernel's shared-memory staging, the Triton row kernel's
 placeholder `y = tl.sum(x * 0.0, axis=0)` and the Triton GEMM's loop over K are launch machinery a
-small model copies into its answer (the H200 studies of 2026-12-03). The view (skeleton.cuda_view,
-the Triton row view without the placeholder, gemm_skeleton.gemm_view) shows the names the region
+small model copies into its answer (the H200 studies of 2026-12-03). The view (writers.cuda.cuda_view,
+the Triton row view without the placeholder, writers.triton_gemm.gemm_view) shows the names the region
 reads and writes and nothing else. Per task and target, the scaffolded task prompt is sampled n
 times in each arm (`whole`, `view`; same seeds, search's temperature), every answer spliced and
 pre-checked (scaffold/precheck: the region's math alone, no GPU). Counts: pre-check passes,
@@ -32,9 +32,13 @@ from arm_table import ArmTable, arm_args  # noqa: E402
 from kernelwright import prompts  # noqa: E402
 from kernelwright.evaluate import EvalRun  # noqa: E402
 from kernelwright.llm.registry import make_backend  # noqa: E402
-from kernelwright.scaffold import SegmentKind, assemble, plan_tasks, precheck_many, skeleton  # noqa: E402
-from kernelwright.scaffold.gemm_skeleton import triton_gemm_kernel  # noqa: E402
+from kernelwright.scaffold import SegmentKind, assemble, plan_tasks, precheck_many  # noqa: E402
+from kernelwright.scaffold.writers.base import marked_kernel  # noqa: E402
+from kernelwright.scaffold.writers.cuda import cuda_kernel  # noqa: E402
+from kernelwright.scaffold.writers.triton import triton_kernel  # noqa: E402
+from kernelwright.scaffold.writers.triton_gemm import triton_gemm_kernel  # noqa: E402
 from kernelwright.strategies import parse_regime, search  # noqa: E402
+from kernelwright.strategies.search.parts import prompt_vars  # noqa: E402
 from kernelwright.strategies.base import RunContext  # noqa: E402
 from kernelwright.tasks import load_tasks  # noqa: E402
 
@@ -46,13 +50,13 @@ def whole_view(sc) -> str:
     """The kernel as the prompt showed it before views: the program's own kernel, region marked."""
     seg = sc.segment
     if sc.target == "cuda":
-        kernel, indent, helpers = skeleton.cuda_kernel(seg)
-        return helpers + skeleton._marked(kernel, indent, "//")[1]
+        kernel, indent, helpers = cuda_kernel(seg)
+        return helpers + marked_kernel(kernel, indent, "//")[1]
     if seg.kind == SegmentKind.GEMM:
         kernel, indent = triton_gemm_kernel(seg)
     else:
-        kernel, indent = skeleton.triton_kernel(seg)
-    return skeleton._marked(kernel, indent, "#")[1]
+        kernel, indent = triton_kernel(seg)
+    return marked_kernel(kernel, indent, "#")[1]
 
 
 def classify(sc, plan, regions: list[str]) -> Counter:
@@ -95,9 +99,9 @@ def main() -> int:
             continue  # the view is the kernel itself: nothing to compare
         for arm in args.arms.split(","):
             shown = sc if arm == "view" else sc.model_copy(update={"kernel_view": whole_view(sc)})
-            ctx._scaffold = shown
-            request = ctx._request(ctx.messages(prompts.render("task", **search.prompt_vars(ctx))), args.n,
-                                   search.DEFAULT_TEMPERATURE, args.max_tokens, args.seed)
+            ctx.use_scaffold(shown)
+            request = ctx.request(ctx.messages(prompts.render("task", **prompt_vars(ctx))), args.n,
+                                  search.DEFAULT_TEMPERATURE, args.max_tokens, args.seed)
             started = time.monotonic()
             comps = backend.generate([request])[0]
             took = time.monotonic() - started

@@ -29,7 +29,7 @@ MS_RELATIME, MS_STRICTATIME = 1 << 21, 1 << 24
 MNT_DETACH = 2
 _KEPT = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
          "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME}
-_PROC_KNOBS = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+PROC_KNOBS = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
 _DEVICES = ("null", "zero", "full", "random", "urandom", "tty")  # bubblewrap's --dev set
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203}
 NEW_ROOT = "/tmp"  # a tmpfs is mounted here and becomes "/": the host's /tmp is hidden anyway
@@ -43,7 +43,7 @@ def _check(ret: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     enc = (lambda s: s.encode() if s is not None else None)
     _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
 
@@ -89,7 +89,7 @@ def setup(plan: list[dict]) -> list[str]:
         if step["kind"] in ("ro", "rw", "dev") and step["source"]:
             held[step["source"]] = os.open(step["source"], os.O_PATH)
     devices = {name: os.open(f"/dev/{name}", os.O_PATH) for name in _DEVICES if os.path.exists(f"/dev/{name}")}
-    _mount("tmpfs", NEW_ROOT, "tmpfs", MS_NOSUID, "mode=0755")
+    mount("tmpfs", NEW_ROOT, "tmpfs", MS_NOSUID, "mode=0755")
     writable = []
 
     def at(path: str) -> str:
@@ -101,15 +101,15 @@ def setup(plan: list[dict]) -> list[str]:
             fd = held[step["source"]]
             _place(at(target), like_file=not os.path.isdir(f"/proc/self/fd/{fd}"))
             # through the descriptor: the original, wherever a mount now hides it
-            _mount(f"/proc/self/fd/{fd}", at(target), None, MS_BIND | MS_REC)
+            mount(f"/proc/self/fd/{fd}", at(target), None, MS_BIND | MS_REC)
             if kind == "rw":
                 writable.append(target)
         elif kind == "dev":
             os.makedirs(at("/dev"), exist_ok=True)
-            _mount("tmpfs", at("/dev"), "tmpfs", MS_NOSUID, "mode=0755,size=64k")
+            mount("tmpfs", at("/dev"), "tmpfs", MS_NOSUID, "mode=0755,size=64k")
             for name, fd in devices.items():
                 _place(at(f"/dev/{name}"), like_file=True)
-                _mount(f"/proc/self/fd/{fd}", at(f"/dev/{name}"), None, MS_BIND)
+                mount(f"/proc/self/fd/{fd}", at(f"/dev/{name}"), None, MS_BIND)
             for name, to in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                              ("stderr", "/proc/self/fd/2"), ("ptmx", "pts/ptmx")):
                 os.symlink(to, at(f"/dev/{name}"))
@@ -119,10 +119,10 @@ def setup(plan: list[dict]) -> list[str]:
             os.symlink(step["source"], at(target))
         elif kind == "proc":
             os.makedirs(at(target), exist_ok=True)
-            _mount("proc", at(target), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            mount("proc", at(target), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         elif kind == "tmpfs":
             os.makedirs(at(target), exist_ok=True)
-            _mount("tmpfs", at(target), "tmpfs", MS_NOSUID | MS_NODEV,
+            mount("tmpfs", at(target), "tmpfs", MS_NOSUID | MS_NODEV,
                    f"size={step['size']},nr_inodes={step['inodes']},mode=1777")
             writable.append(target)
         elif kind == "dir":
@@ -132,15 +132,15 @@ def setup(plan: list[dict]) -> list[str]:
     for fd in [*held.values(), *devices.values()]:
         os.close(fd)
     _pivot()
-    for knob in _PROC_KNOBS:
+    for knob in PROC_KNOBS:
         if os.path.exists(knob):
-            _mount(knob, knob, None, MS_BIND | MS_REC)
+            mount(knob, knob, None, MS_BIND | MS_REC)
     for point, keep in _mounts():
         if point in writable:  # not what is bound beneath it (the cache's copy in the scratch)
             continue
-        if _within(point, "/proc") and not any(_within(point, k) for k in _PROC_KNOBS):
+        if _within(point, "/proc") and not any(_within(point, k) for k in PROC_KNOBS):
             continue
-        _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
+        mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
     return writable
 
 

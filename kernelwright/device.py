@@ -110,7 +110,7 @@ def lock_path(device: str, kind: str = "") -> Path:
     return lock_dir() / f"{lock_key(device)}{'.' + kind if kind else ''}.lock"
 
 
-def _open(path: Path) -> IO[str]:
+def open_lock_file(path: Path) -> IO[str]:
     if str(path) in _adopted:
         # a fresh open file of the same lock (flock is per open file, as from the path itself)
         return open(f"/proc/self/fd/{_adopted[str(path)]}", "r")
@@ -137,8 +137,8 @@ def prepare(device: str) -> tuple[Path, Path]:
     """Make `device`'s lock file and its gate now; returns both, whose descriptors the sandboxed
     judge inherits (its box does not hold the lock folder)."""
     path = lock_path(device)
-    _open(path).close()
-    _open(gate_path(path)).close()
+    open_lock_file(path).close()
+    open_lock_file(gate_path(path)).close()
     return path, gate_path(path)
 
 
@@ -153,7 +153,7 @@ class DeviceLock:
     def _flock(self, f: IO[str], exclusive: bool) -> None:
         """Take the lock through its gate (module docstring): whoever waits holds the gate."""
         start = time.monotonic()
-        with _open(gate_path(self.path)) as gate:
+        with open_lock_file(gate_path(self.path)) as gate:
             fcntl.flock(gate, fcntl.LOCK_EX)
             fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         self.waited = time.monotonic() - start  # closing the gate's descriptor let the next one in
@@ -162,7 +162,7 @@ class DeviceLock:
         held = _held.__dict__.setdefault("files", {})
         entry = held.get(self.path)
         if entry is None:
-            f = _open(self.path)
+            f = open_lock_file(self.path)
             self._flock(f, self.exclusive)
             held[self.path] = [f, [self.exclusive]]
             return self
@@ -252,6 +252,3 @@ def available_cores() -> int:
 def device_kind(device: str) -> str:
     return "cpu" if device == "cpu" else "cuda"
 
-
-def default_target(device: str) -> str:
-    return "cpp" if device == "cpu" else "cuda"

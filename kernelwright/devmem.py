@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Protocol
 
 from kernelwright.confine import Cgroup, children_map, descendants
-from kernelwright.device import _open, device_key, lock_dir, lock_key, physical_id
+from kernelwright.device import device_key, lock_dir, lock_key, open_lock_file, physical_id
 
 log = logging.getLogger(__name__)
 
@@ -342,7 +342,7 @@ class Ledger:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        with _open(self.lock_path) as f:  # made shared by every user of the machine, like the device locks
+        with open_lock_file(self.lock_path) as f:  # made shared by every user of the machine, like the device locks
             fcntl.flock(f, fcntl.LOCK_EX)
             yield
 

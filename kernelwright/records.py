@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import re
 from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -68,7 +69,7 @@ class Verdict(str, enum.Enum):
     # Only in --compile-only mode, where nothing runs: the sources built (or compiled to objects).
     COMPILED = "compiled"
     # A sample that passed the region pre-check but was not built, because a sample more answers
-    # agreed on was built first and verified (strategies/search.py); or any candidate whose study
+    # agreed on was built first and verified (strategies/search/); or any candidate whose study
     # cell's clock ran out while it waited for the judge (evaluator.clock_ran_out).
     NOT_BUILT = "not_built"
 
@@ -261,6 +262,19 @@ class TimingStats(BaseModel):
     fresh_place: bool = True
 
 
+# How a measurement is written in words (a model's feedback, the judge's error lines): a decimal
+# point or an exponent, always. Measurements depend on the judge's secret input draws, so a replay
+# (llm/replay.py) matches a prompt with every number of this form masked, and a bare integer (a
+# size, a line number, an index) stays part of what it matches on; ".3g" alone writes 124.2 as "124".
+MEASUREMENT = re.compile(r"\d+\.\d+(?:e[-+]?\d+)?|\d+e[-+]?\d+")
+
+
+def measured(x: float, digits: int = 3) -> str:
+    """`x` to `digits` significant digits, in MEASUREMENT's form (124.2 -> "124.0")."""
+    text = f"{x:.{digits}g}"
+    return text + ".0" if text.lstrip("-").isdigit() else text
+
+
 class Mismatch(BaseModel):
     """How far the candidate's output is from the reference in the worst trial."""
 
@@ -269,6 +283,7 @@ class Mismatch(BaseModel):
     mean_abs_diff: Optional[float] = None
     mismatch_fraction: Optional[float] = None  # share of elements outside the tolerance
     nonfinite_in_candidate: int = 0
+    elements: Optional[int] = None  # the output's element count (the task's, not the draw's)
     # ||candidate - reference|| / ||reference|| over the whole output (measure/compare.py): what the
     # elementwise tolerance cannot see where most values are below its atol
     relative_error: Optional[float] = None
@@ -281,13 +296,17 @@ class Mismatch(BaseModel):
         """The statistics in words, for error messages and for feedback to the model."""
         parts = []
         if self.max_abs_diff is not None:
-            parts.append(f"max abs diff {self.max_abs_diff:.3g}, mean abs diff {self.mean_abs_diff:.3g}")
+            mean = f", mean abs diff {measured(self.mean_abs_diff)}" if self.mean_abs_diff is not None else ""
+            parts.append(f"max abs diff {measured(self.max_abs_diff)}{mean}")
         if self.mismatch_fraction is not None:
-            parts.append(f"{100 * self.mismatch_fraction:.1f}% of elements outside tolerance")
+            parts.append(f"{measured(100 * self.mismatch_fraction)}% of elements outside tolerance")
         if self.relative_error is not None:
-            parts.append(f"relative error of the whole output {self.relative_error:.3g}")
+            parts.append(f"relative error of the whole output {measured(self.relative_error)}")
         if self.nonfinite_in_candidate:
-            parts.append(f"{self.nonfinite_in_candidate} NaN/Inf where the reference is finite")
+            # a share, not a count: how many elements went NaN depends on the draw (see MEASUREMENT)
+            share = f" in {measured(100 * self.nonfinite_in_candidate / self.elements)}% of elements" \
+                if self.elements else ""
+            parts.append(f"NaN/Inf where the reference is finite{share}")
         return "; ".join(parts) or (self.detail or "")
 
 
@@ -339,6 +358,9 @@ class EvalResult(Versioned):
     compile_timing: Optional[TimingStats] = None
     faster_than_compile: Optional[bool] = None  # beyond noise, as `faster`; None: not measured
     compile_baseline_error: Optional[str] = None  # torch.compile failed on this machine: why
+    # torch.compile ran more than 2x slower than eager beside it (measure/timing.py
+    # compile_misbehaves): why; the report never states a speedup against it
+    compile_baseline_suspect: Optional[str] = None
     error: Optional[str] = None  # the first relevant lines
     stages: list[Stage] = Field(default_factory=list)
 

@@ -112,8 +112,7 @@ fallback)  # the whole-program fallback's compile rate (studies/fallback-compile
   rm -rf /tmp/kwfb && cp -a /tmp/kwb /tmp/kwfb && cp .carry/old_target.jinja /tmp/kwfb/kernelwright/prompts/templates/_target.jinja
   for side in before:/tmp/kwfb after:/tmp/kwb; do
     name=${side%%:*}; tree=${side#*:}
-    (cd "$tree" && PYTHONPATH=/tmp/site:$tree setsid nohup python3 -m kernelwright.cli.main study run \
-      studies/fallback-compile-cuda.toml --model "hf:qwen2.5-coder-1.5b?batch_size=64" --out /tmp/st/fb-$name \
+    (cd "$tree" && PYTHONPATH=/tmp/site:$tree setsid nohup python3 -m kernelwright.cli.main study run studies/fallback-compile-cuda.toml --out /tmp/st/fb-$name \
       > /tmp/kwout/study-fb-$name.log 2>&1 < /dev/null &)
   done
   disown -a; sleep 2; echo started ;;

@@ -59,22 +59,27 @@ def _uptime() -> float:
         return float(f.read().split()[0])
 
 
-def _processes() -> Iterator[tuple[int, int, str, float]]:
-    """(pid, parent pid, command line, start in seconds since boot) of every process we may read."""
+def _processes(since: float = 0.0) -> Iterator[tuple[int, int, Optional[str], float]]:
+    """(pid, parent pid, command line, start in seconds since boot) of every process we may read;
+    the command line only of those started at `since` or later (None for the others): five scans a
+    second in each worker, so the older processes, most of them, cost one read each, not two."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
                 stat = f.read().decode(errors="replace")
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmd = f.read().decode(errors="replace")
+            # the command name in stat is parenthesised and may hold spaces: fields 4 (ppid) and 22
+            # (start time, in clock ticks since boot) counted from there
+            fields = stat.rsplit(")", 1)[1].split()
+            started = int(fields[19]) / _TICKS
+            cmd = None
+            if started >= since:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    cmd = f.read().decode(errors="replace")
         except OSError:
             continue
-        # the command name in stat is parenthesised and may hold spaces: fields 4 (ppid) and 22
-        # (start time, in clock ticks since boot) counted from there
-        fields = stat.rsplit(")", 1)[1].split()
-        yield int(name), int(fields[1]), cmd, int(fields[19]) / _TICKS
+        yield int(name), int(fields[1]), cmd, started
 
 
 class Watch:
@@ -96,13 +101,13 @@ class Watch:
             time.sleep(self.interval)
 
     def _scan(self, nodeid: str) -> None:
-        procs = list(_processes())
+        # what an earlier test started and left running (a session's model server, Ray's idle
+        # workers) is not this test's cost: its command line is not even read
+        procs = list(_processes(self.since - 1.0))
         parent = {pid: ppid for pid, ppid, _, _ in procs}
-        for pid, _, cmd, started in procs:
-            tier = _tier_of(cmd)
-            # what an earlier test started and left running (a session's model server, Ray's idle
-            # workers) is not this test's cost
-            if tier is None or started < self.since - 1.0 or not self._descends(pid, parent):
+        for pid, _, cmd, _ in procs:
+            tier = None if cmd is None else _tier_of(cmd)
+            if cmd is None or tier is None or not self._descends(pid, parent):
                 continue
             self.seen.setdefault(nodeid, {}).setdefault(tier, cmd.split("\0", 1)[0].rsplit("/", 1)[-1])
 
@@ -137,12 +142,53 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config._kw_opt_in = len(opt_in)  # type: ignore[attr-defined]
 
 
+# A test's likely cost by its tier, in seconds (the two-worker CI run's typical figures): enough to put
+# the costly files first, which is all the order is for
+_COST = {"slow": 60.0, "build": 30.0}
+_FAST_COST = 0.3
+
+
+def _cost(item: pytest.Item) -> float:
+    return next((c for t, c in _COST.items() if item.get_closest_marker(t)), _FAST_COST)
+
+
+@pytest.hookimpl(specname="pytest_collection_modifyitems", trylast=True)
+def pytest_collection_modifyitems_costliest_first(items: list[pytest.Item]) -> None:
+    """The costliest files first, each file's tests in their own order. Under `--dist loadfile
+    --no-loadscope-reorder` (.ci/run) pytest-xdist hands out whole files in this order, so a file
+    of a few long builds (the replays, Ray, the model) never starts last and leaves one worker
+    running alone while the other has finished; the cheap files fill in at the end. (xdist's own
+    reorder puts the files with the most tests first, which sends exactly those few-test costly
+    files to the end.)"""
+    cost: dict[str, float] = {}
+    for item in items:
+        cost[item.path] = cost.get(item.path, 0.0) + _cost(item)
+    items.sort(key=lambda item: -cost[item.path])  # stable: each file's own order is kept
+
+
+_file_seconds: dict[str, float] = {}  # test file -> seconds of its tests (every phase), as reported
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # under xdist the controller sees every worker's reports: the whole run's picture in one place
+    path = report.nodeid.split("::", 1)[0]
+    _file_seconds[path] = _file_seconds.get(path, 0.0) + report.duration
+
+
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     n = getattr(config, "_kw_opt_in", 0)
     if n:
         terminalreporter.write_line(
             f"fast tier only: {n} build/slow/gpu tests not run; `pytest -m 'not gpu'` runs every tier "
             "this machine can (what .ci/run does)")
+    shown = config.option.durations or 0
+    if shown > 0 and _file_seconds:
+        # beside --durations' slowest tests, the costliest files: the units a worker takes under
+        # --dist loadfile, and what the order above estimates from the tiers
+        top = sorted(_file_seconds.items(), key=lambda kv: -kv[1])[:shown]
+        terminalreporter.write_sep("=", f"costliest {len(top)} files of {sum(_file_seconds.values()):.0f} s")
+        for path, seconds in top:
+            terminalreporter.write_line(f"{seconds:8.1f}s {path}")
 
 
 @pytest.hookimpl(hookwrapper=True)

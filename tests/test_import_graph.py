@@ -69,11 +69,7 @@ def _edges(mods: dict[str, Path]) -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    source = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    source = node.module or ""
+                source = _source(node, package)
                 subs = [f"{source}.{a.name}" for a in node.names if f"{source}.{a.name}" in mods]
                 targets = subs + ([source] if len(subs) < len(node.names) else [])
             for target in targets:
@@ -81,6 +77,14 @@ def _edges(mods: dict[str, Path]) -> dict[str, set[str]]:
                 if found and found != name:
                     edges[name].add(found)
     return edges
+
+
+def _source(node: ast.ImportFrom, package: str) -> str:
+    """The module a `from ... import` reads from, a relative one resolved against `package`."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
 
 
 def _type_checking_only(node: ast.If) -> bool:
@@ -170,3 +174,58 @@ def test_the_scaffold_oracle_answers_no_task():
     edges = _edges(_modules())
     users = sorted(a for a, targets in edges.items() if "kernelwright.scaffold.oracle" in targets)
     assert users == [], users
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_reaches(mods: dict[str, Path]) -> list[str]:
+    """Every place a module takes another module's private name (`_x`, not a dunder): imported by
+    name (`from kernelwright.m import _x`), or read through the module (`m._x` after
+    `from kernelwright import m` or `import kernelwright.m as m`). A name another module needs is
+    that module's public interface, and should be named as such."""
+    found: list[tuple[str, int, str]] = []
+    for name, path in sorted(mods.items()):
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        tree = ast.parse(path.read_text(), str(path))
+        aliases: dict[str, str] = {}  # a local name bound to a module of the package
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                source = _source(node, package)
+                if not source.startswith("kernelwright") or source == name:
+                    continue
+                for a in node.names:
+                    if f"{source}.{a.name}" in mods:
+                        aliases[a.asname or a.name] = f"{source}.{a.name}"
+                    elif _private(a.name):
+                        found.append((name, node.lineno, f"imports {a.name} from {source}"))
+            elif isinstance(node, ast.Import):
+                aliases.update({a.asname: a.name for a in node.names if a.asname and a.name in mods})
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and _private(node.attr)
+                    and aliases.get(node.value.id, name) != name):
+                found.append((name, node.lineno, f"reads {node.value.id}.{node.attr} ({aliases[node.value.id]})"))
+    return [f"{name}:{line} {what}" for name, line, what in sorted(found)]
+
+
+def test_no_module_takes_another_modules_private_name():
+    found = _private_reaches(_modules())
+    assert not found, "private names used outside their module (make them public there):\n" + "\n".join(found)
+
+
+def test_the_private_name_finder_finds_both_ways(tmp_path):
+    pkg = tmp_path / "kernelwright"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "home.py").write_text("_hidden = 1\n__all__ = []\n")
+    (pkg / "sub" / "user.py").write_text(
+        "from kernelwright.sub.home import _hidden, __all__\nfrom .home import _hidden as h\n"
+        "from kernelwright.sub import home\nimport torch._dynamo\nx = home._hidden + home.__all__\n")
+    mods = {".".join(p.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in pkg.rglob("*.py")}
+    assert _private_reaches(mods) == [
+        "kernelwright.sub.user:1 imports _hidden from kernelwright.sub.home",
+        "kernelwright.sub.user:2 imports _hidden from kernelwright.sub.home",
+        "kernelwright.sub.user:5 reads home._hidden (kernelwright.sub.home)"]

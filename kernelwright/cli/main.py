@@ -28,10 +28,10 @@ HELP = ("A local code model rewrites PyTorch modules into custom kernels (C++ on
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP, cls=Commands)
 # one home for consoles, exit codes and `fail` (kernelwright/cli/console.py); re-exported for callers
 from kernelwright.cli.console import err, fail, out, say_error
-from kernelwright.device import default_target
 from kernelwright.errors import EXIT_BAD_INPUT
 from kernelwright.evaluate.config import EVAL_DEFAULTS
 from kernelwright.records import NewerSchema
+from kernelwright.strategies.defaults import REGIME_HELP
 
 
 @app.callback()
@@ -172,11 +172,12 @@ _register_optimize_command()
 
 @app.command("run")
 def run_cmd(
-    regime: str = typer.Option("routed", "--regime", "-r", help="zero_shot | guided | iterative | agentic | routed | search, with +ablations (e.g. agentic+no_retrieval+n=2)."),
+    regime: Optional[str] = typer.Option(None, "--regime", "-r", help=REGIME_HELP),
     task: str = typer.Option(..., "--task", "-t", help="A task file, a built-in task id/name, or a spec selecting one task."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model spec (see docs/backends.md); default: the embedded 1.5B model."),
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N (where candidates are evaluated)."),
-    target: Optional[str] = typer.Option(None, help="cuda | triton | cpp (default: cpp on cpu, cuda on a GPU)."),
+    target: Optional[str] = typer.Option(None, help="cuda | triton | cpp (default: cpp on the CPU; on a GPU triton "
+                                         "where the module's GEMM fuses with the ops after it, else cuda)."),
     n: Optional[int] = typer.Option(None, help="Samples per generation step (regime default if unset)."),
     turns: Optional[int] = typer.Option(None, help="Turns for iterative/agentic (default 3)."),
     seed: int = typer.Option(0, help="Sampling seed."),
@@ -193,69 +194,75 @@ def run_cmd(
                                  "local (this machine's pool: duplicates once, builds ahead) or ray."),
     size: str = typer.Option("auto", help=SIZE_HELP),
 ) -> None:
-    """Run one interaction regime on one task with a model, evaluating every candidate."""
-    from rich.text import Text
-
+    """Run one interaction regime on one task with a model, evaluating every candidate: a study of one cell."""
     from kernelwright.cli.display import Display
-    from kernelwright.evaluate import EvalConfig, EvalRun
-    from kernelwright.executors.base import EXECUTORS, make_executor, opened
+    from kernelwright.device import validate_device
+    from kernelwright.evaluate import EvalRun
+    from kernelwright.executors.base import make_executor, opened
     from kernelwright.llm import make_backend
-    from kernelwright.llm.registry import is_embedded
-    from kernelwright.strategies import parse_regime, run_regime
+    from kernelwright.strategies import defaults, run_regime
     from kernelwright.strategies.config import check_runnable
+    from kernelwright.study.spec import one_cell
     from kernelwright.tasks import load_task
     from kernelwright.tasks.sizing import check_size, sized_task
 
     check_size(size)
-    tgt = target or default_target(device)
-    if tgt not in ("cuda", "triton", "cpp"):
-        fail(f"unknown target {tgt!r}: use cuda, triton or cpp")
-    if executor not in EXECUTORS:
-        fail(f"unknown executor {executor!r}: use {', '.join(EXECUTORS)}")
-    config = parse_regime(regime, target=tgt, seed=seed, max_tokens=max_tokens,
-                          scaffold=is_embedded(model) if scaffold is None else scaffold,
-                          **({"n": n} if n is not None else {}), **({"turns": turns} if turns is not None else {}))
-    check_runnable(config)
-    from kernelwright.device import validate_device
-
+    # compile_baseline stated: a study with a search regime would turn it on (StudySpec); a run
+    # keeps the evaluator's default and times only its candidates
+    spec = one_cell(task, regime, seed, device, out=out_dir, model=model, target=target, scaffold=scaffold, n=n,
+                    turns=turns, max_tokens=max_tokens, executor=executor,
+                    eval={"timeout": timeout, "iters": iters, "size": size, "compile_baseline": False})
+    first = spec.regime_config(spec.regimes[0], seed)
+    check_runnable(first)
     validate_device(device)
     the_task = sized_task(load_task(task), size, device)
-    run = EvalRun(EvalConfig(timeout=timeout, iters=iters, size=size, unconfined=warn_unconfined(unconfined)),
-                  device=device)
+    # after the task is sized: on a GPU, with no target asked, this plans it in a child
+    tgt, why = defaults.module_target(the_task, device, first.scaffold, target, size)
+    spec = spec.model_copy(update={"target": tgt})
+    config = spec.regime_config(spec.regimes[0], seed)
+    run = EvalRun(spec.eval.but(unconfined=warn_unconfined(unconfined)), device=device)
     backend = make_backend(model)
-    err.print(f"regime {config.spec} · task {the_task.id} · model {backend.model} · target {tgt} · device {device}")
+    err.print(f"regime {config.spec} · task {the_task.id} · model {backend.model} · target {tgt}"
+              f"{f' ({why})' if why else ''} · device {device}")
     try:
-        with _cell_log(out_dir, the_task, backend.model, model, device, run.config, config, executor) as record, \
-                opened(make_executor(executor, [device])) as evaluator, Display(err) as display:
+        with _cell_log(spec, the_task, backend.model) as record, \
+                opened(make_executor(spec.executor, [device])) as evaluator, Display(err) as display:
             cell = run_regime(the_task, backend, config, run, sink=record.sink if record else lambda a: None,
-                              progress=display, config_hash=record.config_hash if record else None,
+                              progress=display, config_hash=spec.config_hash(config, backend.model),
                               cell_sink=record.finish if record else None, executor=evaluator)
     except OSError as e:  # a full disk or a read-only folder: what is on disk stays whole (log.append_record)
         fail(f"cannot write to {out_dir}: {e.strerror or e}")
+    _print_cell(cell, json_out)
+
+
+def _print_cell(cell, json_out: bool) -> None:
+    from rich.text import Text
+
     if json_out:
         print(cell.model_dump_json(indent=2))
-    else:
-        out.print(Text.assemble((cell.verdict.value, "bold"), f" — {cell.reason}"
-                                + (f"\nroute: {cell.route}" if cell.route else "")))
-        out.print(f"{len(cell.attempt_ids)} candidate(s), {cell.turns} turn(s), {cell.wall_s:.0f} s, "
-                  f"{cell.usage.completion_tokens} tokens generated")
+        return
+    out.print(Text.assemble((cell.verdict.value, "bold"), f" — {cell.reason}"
+                            + (f"\nroute: {cell.route}" if cell.route else "")))
+    out.print(f"{len(cell.attempt_ids)} candidate(s), {cell.turns} turn(s), {cell.wall_s:.0f} s, "
+              f"{cell.usage.completion_tokens} tokens generated")
 
 
 @contextlib.contextmanager
-def _cell_log(out_dir: Optional[Path], task, model: str, model_spec: Optional[str], device: str, settings,
-              config, executor: str) -> Iterator[Optional[Any]]:
+def _cell_log(spec, task, model: str) -> Iterator[Optional[Any]]:
     """`--out`: the folder a study would write for this one cell (study/cell_log.py), which `study
     report` reads; without it, nothing is written."""
-    if out_dir is None:
+    if spec.out is None:
         yield None
         return
     from kernelwright.study.cell_log import CellLog
 
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        spec.out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        fail(f"cannot create output folder {out_dir}: {e.strerror}")
-    log = CellLog(out_dir, task, model, device, settings, model_spec=model_spec, kind="run", executor=executor)
+        fail(f"cannot create output folder {spec.out}: {e.strerror}")
+    config = spec.regime_config(spec.regimes[0], spec.seeds[0])
+    log = CellLog(spec.out, task, model, spec.devices[0], spec.eval, model_spec=spec.model, kind="run",
+                  executor=spec.executor)
     with log.open(config):
         yield log.cell(config)
 

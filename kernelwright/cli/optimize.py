@@ -1,5 +1,6 @@
-"""The `kernelwright optimize` command (registered in kernelwright/cli/main.py). Thin: resolve the
-defaults, check the input, make the model, run, print the outcome, pick the exit code."""
+"""The `kernelwright optimize` command (registered in kernelwright/cli/main.py). Thin: parse, have
+the optimize package resolve and check the request (optimize/request.py), make the model, run,
+print the outcome, pick the exit code."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import typer
 
 from kernelwright.evaluate.config import EVAL_DEFAULTS
 from kernelwright.events import Step
-from kernelwright.optimize.types import Options
+from kernelwright.optimize.types import Outcome
+from kernelwright.strategies.defaults import REGIME_HELP
 
 # Path-typed options as module-level singletons (a Path default is mutable to the linter's eyes).
 _OUT = typer.Option(None, "--out", "-o", help="Output folder (default: <name>.kernelwright/ next to FILE).")
@@ -34,8 +36,7 @@ def optimize_cmd(
     device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: a GPU if one answers, else cpu)."),
     target: Optional[str] = typer.Option(None, help="cuda | triton | cpp (default: cpp on the CPU; on a GPU triton "
                                          "where the module's GEMM fuses with the ops after it, else cuda)."),
-    regime: Optional[str] = typer.Option(None, "--regime", "-r", help="Interaction regime (see `kernelwright run`); "
-                                         "default: search for the embedded models, routed for others."),
+    regime: Optional[str] = typer.Option(None, "--regime", "-r", help=REGIME_HELP),
     out: Optional[Path] = _OUT,
     seed: int = typer.Option(0, help="Sampling seed of the first round."),
     max_tokens: int = typer.Option(1024, help="Decoding budget per generated program."),
@@ -55,58 +56,41 @@ def optimize_cmd(
 
     Exit codes: 0 a verified faster kernel was kept; 2 bad input (before any generation) or the model stopped answering; 3 the GPU stopped answering; 4 nothing verified beats the reference.
     """
-    from kernelwright.cli.console import err, fail, say_error
-    from kernelwright.cli.console import out as stdout
+    from kernelwright.cli.console import err
     from kernelwright.cli.display import Display
-    from kernelwright.executors.base import EXECUTORS
     from kernelwright.llm import make_backend
-    from kernelwright.llm.registry import is_embedded
-    from kernelwright.optimize import inputs as inp
     from kernelwright.llm.budget import Budget
+    from kernelwright.optimize.request import prepare
     from kernelwright.optimize.runner import optimize
-    from kernelwright.report.optimize_report import headline
     from kernelwright.report.optimize_report import write as write_report
-    from kernelwright.strategies import parse_regime
-    from kernelwright.strategies.config import check_runnable
-    from kernelwright.tasks.sizing import check_size, sized_task
 
     budget = Budget(budget_minutes)  # the clock starts with the command: checks count too
-    # A small model is productive sampling many regions against a fast exact check (search); a
-    # large one can use the multi-role regimes (routed), which spend minutes before a first kernel.
-    regime = regime or ("search" if is_embedded(model) else "routed")
-    if budget_minutes <= 0:
-        fail("--budget-minutes must be positive")
-    if executor not in EXECUTORS:
-        fail(f"unknown executor {executor!r}: use {', '.join(EXECUTORS)}")
-    check_size(size)
-    dev = inp.resolve_device(device)
-    task = sized_task(inp.load_input(file, inputs, init_inputs), size, dev)
-    tgt = inp.resolve_target(target, dev)
-    path, _ = inp.split_spec(file)
-    folder = out or path.parent / f"{task.name}.kernelwright"
-    inp.check_writable(folder)
-    opts = Options(regime=regime, model=model, device=dev, target=tgt, budget_minutes=budget_minutes,
-                   samples=samples, turns=turns, rounds=rounds, seed=seed, max_tokens=max_tokens,
-                   scaffold=is_embedded(model) if scaffold is None else scaffold, eval_timeout=timeout,
-                   iters=iters, time=not no_timing, executor=executor, size=size)
-    inp.eval_run(opts)  # bad evaluator options fail here, before any profiling
-    check_runnable(parse_regime(regime, target=tgt))  # a bad spec fails here, not after the profiling
-    checked = inp.check_runs(task, dev, size=size)
-    why = ""
-    if target is None and dev != "cpu":  # after the module is known to run: this plans it in a child
-        tgt, why = inp.gpu_default_target(task, dev, opts.scaffold, size)
-        opts = opts.model_copy(update={"target": tgt})
+    req = prepare(file, inputs=inputs, init_inputs=init_inputs, out=out, device=device, target=target, regime=regime,
+                  scaffold=scaffold, model=model, budget_minutes=budget_minutes, samples=samples, turns=turns,
+                  rounds=rounds, seed=seed, max_tokens=max_tokens, eval_timeout=timeout, iters=iters,
+                  time=not no_timing, executor=executor, size=size)
     backend = make_backend(model)
-    shown = f"{tgt} ({why})" if why else tgt
-    err.print(f"optimize {path} · device {dev} · target {shown} · model {backend.model} · regime {regime} · budget "
-              f"{budget_minutes:g} min\nchecked: it imports, its inputs run, forward runs on {dev} -> "
-              f"{', '.join(checked.outputs)}" + (f"\nsize: {task.sizing.summary()}" if task.sizing else ""),
+    o, task = req.opts, req.task
+    shown = f"{o.target} ({req.target_why})" if req.target_why else o.target
+    err.print(f"optimize {req.source} · device {o.device} · target {shown} · model {backend.model} · regime {o.regime} "
+              f"· budget {budget_minutes:g} min\nchecked: it imports, its inputs run, forward runs on {o.device} -> "
+              f"{', '.join(req.outputs)}" + (f"\nsize: {task.sizing.summary()}" if task.sizing else ""),
               highlight=False, soft_wrap=True)
     with Display(err, budget) as display:  # a failed profiling (InputError) ends it before any generation
-        outcome, attempts = optimize(task, opts, backend, folder, budget, outputs=checked.outputs,
-                                     progress=display, facts_path=facts)
+        outcome, attempts = optimize(task, o, backend, req.folder, budget, outputs=req.outputs, progress=display,
+                                     facts_path=facts)
         display(Step("writing the report"))
-        write_report(folder, task, outcome, attempts)
+        write_report(req.folder, task, outcome, attempts)
+    _print_outcome(outcome, req.folder)
+    raise typer.Exit(outcome.exit_code)
+
+
+def _print_outcome(outcome: Outcome, folder: Path) -> None:
+    """The headline, the baselines and the kept kernel's ratios, and where the report is."""
+    from kernelwright.cli.console import out as stdout
+    from kernelwright.cli.console import say_error
+    from kernelwright.report.optimize_report import headline
+
     stdout.print(headline(outcome), highlight=False, soft_wrap=True)
     b = outcome.baseline
     eager = f"{b.eager.median_ms:.4g} ms" if b.eager else "n/a"
@@ -116,7 +100,8 @@ def optimize_cmd(
     if outcome.kept_id is not None:
         vs = [f"{outcome.speedup_vs_eager:.3g}x eager" if outcome.speedup_vs_eager is not None else "not timed"]
         if outcome.speedup_vs_compile is not None:
-            vs.append(f"{outcome.speedup_vs_compile:.3g}x torch.compile")
+            vs.append(f"{outcome.speedup_vs_compile:.3g}x torch.compile"
+                      + (" (flagged: see the report)" if outcome.vs_compile_caveat else ""))
         if outcome.fraction_of_floor is not None:
             vs.append(f"{outcome.fraction_of_floor:.3g} of the roofline floor")
         kept = ", ".join(vs)
@@ -129,4 +114,3 @@ def optimize_cmd(
                  f"report: {folder / 'report.md'}", highlight=False, soft_wrap=True)
     if outcome.error:
         say_error(outcome.error)
-    raise typer.Exit(outcome.exit_code)

@@ -18,6 +18,7 @@ study_app = typer.Typer(add_completion=False, no_args_is_help=True, cls=Commands
 from kernelwright.cli.console import err, fail, out
 from kernelwright.errors import EXIT_BAD_INPUT, EXIT_GPU_GONE
 from kernelwright.evaluate.config import EVAL_DEFAULTS
+from kernelwright.strategies.defaults import DEFAULT_REGIME
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -38,13 +39,14 @@ def run_cmd(
     study_file: Annotated[Path | None, typer.Argument(help="A study file (TOML); flags override its keys.")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="The study folder.")] = None,
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model spec (docs/backends.md).")] = None,
-    regimes: Annotated[list[str] | None, typer.Option("--regime", "-r", help="Regime spec, repeatable or comma-separated (e.g. agentic,agentic+no_retrieval).")] = None,
+    regimes: Annotated[list[str] | None, typer.Option("--regime", "-r", help=f"Regime spec, repeatable or comma-separated (e.g. agentic,agentic+no_retrieval); default: {DEFAULT_REGIME}.")] = None,
     tasks: Annotated[list[str] | None, typer.Option("--tasks", "-t", help="Task spec, repeatable (builtin[:levels[:ids]], kernelbench:ROOT..., a folder, a task id).")] = None,
     n: Annotated[int | None, typer.Option(help="Samples per generation step.")] = None,
     turns: Annotated[int | None, typer.Option(help="Turns for iterative/agentic.")] = None,
     seeds: Annotated[list[int] | None, typer.Option("--seed", help="Sampling seed, repeatable.")] = None,
     devices: Annotated[list[str] | None, typer.Option("--device", "-d", help="cpu or cuda:N, repeatable: one evaluation worker each.")] = None,
-    target: Annotated[str | None, typer.Option(help="cuda | triton | cpp.")] = None,
+    target: Annotated[str | None, typer.Option(help="cuda | triton | cpp (default: cpp on the CPU, cuda on GPUs).")] = None,
+    scaffold: Annotated[bool | None, typer.Option("--scaffold/--no-scaffold", help="Scaffolded generation (default: on for the embedded models); a regime's +scaffold/+no_scaffold wins.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Decoding budget per generated program.")] = None,
     cell_minutes: Annotated[float | None, typer.Option(help="A clock per cell: no model request and no evaluation begun after this many minutes of it (in the config hash).")] = None,
     facts: Annotated[Path | None, typer.Option(help="Folder of recorded task facts (default: OUT/facts).")] = None,
@@ -69,7 +71,7 @@ def run_cmd(
     from kernelwright.study.spec import load_spec
 
     overrides = {"out": str(out_dir) if out_dir else None, "model": model, "regimes": _split(regimes), "tasks": tasks,
-                 "n": n, "turns": turns, "seeds": seeds, "devices": _split(devices), "target": target,
+                 "n": n, "turns": turns, "seeds": seeds, "devices": _split(devices), "target": target, "scaffold": scaffold,
                  "max_tokens": max_tokens, "cell_minutes": cell_minutes, "facts": str(facts) if facts else None, "jobs": jobs, "slots": slots,
                  "cache_dir": cache_dir, "eval.timeout": timeout, "eval.trials": trials, "eval.iters": iters, "eval.warmup": warmup,
                  "eval.time": timing, "eval.size": size, "eval.compile_baseline": compile_baseline, "executor": executor,

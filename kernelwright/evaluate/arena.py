@@ -59,7 +59,8 @@ class TensorRef(BaseModel):
         return n * dtype_of(self.dtype).itemsize
 
 
-def _round_up(n: int) -> int:
+def round_up(n: int) -> int:
+    """`n` bytes rounded up to the arena's alignment (every tensor starts on an ALIGN boundary)."""
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
@@ -73,7 +74,7 @@ class Placement:
         """Room for one tensor after the previous one, wrapping to the start when full. The caller
         sizes the arena (`fits`) so that one call's tensors never wrap onto each other."""
         ref = TensorRef(offset=0, dtype=dtype_name(dtype), shape=list(shape))
-        need = _round_up(ref.nbytes())
+        need = round_up(ref.nbytes())
         if self.cursor + need > self.nbytes:
             self.cursor = 0
         ref.offset = self.cursor
@@ -105,7 +106,7 @@ class Arena(Placement):
 
     @classmethod
     def create(cls, nbytes: int) -> "Arena":
-        nbytes = max(ALIGN, _round_up(nbytes))
+        nbytes = max(ALIGN, round_up(nbytes))
         fd = os.memfd_create("kw-arena", os.MFD_CLOEXEC)
         os.ftruncate(fd, nbytes)
         return cls(fd, nbytes)
@@ -139,4 +140,4 @@ class Arena(Placement):
 
 def call_bytes(tensors: list[torch.Tensor]) -> int:
     """Arena bytes the tensors of one call take, alignment included."""
-    return sum(_round_up(t.numel() * t.element_size()) for t in tensors)
+    return sum(round_up(t.numel() * t.element_size()) for t in tensors)

@@ -22,7 +22,7 @@ from typing import Optional
 
 import torch
 
-from kernelwright.evaluate.arena import ALIGN, Placement, TensorRef, _round_up, dtype_of
+from kernelwright.evaluate.arena import ALIGN, Placement, TensorRef, dtype_of, round_up
 
 HANDLE_BYTES = 64  # CU_IPC_HANDLE_SIZE
 _LAZY_PEER_ACCESS = 1  # CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS: the only flag cuIpcOpenMemHandle takes
@@ -80,7 +80,7 @@ class CudaArena(Placement):
 
     @classmethod
     def create(cls, nbytes: int, device: torch.device) -> "CudaArena":
-        nbytes = max(ALIGN, _round_up(nbytes))
+        nbytes = max(ALIGN, round_up(nbytes))
         _current(device)
         # the arena is allocated beside torch's caching allocator, not from it: blocks torch freed
         # (the reference's private copy of the inputs, its intermediates) go back to the driver first

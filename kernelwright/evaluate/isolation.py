@@ -137,16 +137,16 @@ def _init(runner: int) -> NoReturn:
 
 
 def _fresh_proc() -> None:
-    from kernelwright.confine_mounts import _PROC_KNOBS, MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_RDONLY, \
-        MS_REC, MS_REMOUNT, _mount
+    from kernelwright.confine_mounts import MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_RDONLY, MS_REC, \
+        MS_REMOUNT, PROC_KNOBS, mount
 
     ms_private = 1 << 18
-    _mount(None, "/", None, MS_REC | ms_private)  # nothing mounted here propagates back to the box
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for knob in _PROC_KNOBS:  # root without capabilities could still write these
+    mount(None, "/", None, MS_REC | ms_private)  # nothing mounted here propagates back to the box
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for knob in PROC_KNOBS:  # root without capabilities could still write these
         if os.path.exists(knob):
-            _mount(knob, knob, None, MS_BIND | MS_REC)
-            _mount(None, knob, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            mount(knob, knob, None, MS_BIND | MS_REC)
+            mount(None, knob, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
 def enter_own_namespaces() -> bool:

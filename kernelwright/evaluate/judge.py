@@ -42,7 +42,7 @@ from kernelwright.evaluate.candidate_load import (  # noqa: E402
 from kernelwright.evaluate import proof  # noqa: E402
 from kernelwright.evaluate.channel import Channel  # noqa: E402
 from kernelwright.evaluate.remote import RemoteRunner  # noqa: E402
-from kernelwright.records import BuildJob, EvalJob, parse_job  # noqa: E402
+from kernelwright.records import BuildJob, EvalJob, measured, parse_job  # noqa: E402
 
 try:
     import resource
@@ -102,6 +102,7 @@ class Judge:
               perturb: Optional[list[str]] = None) -> tuple[list[Any], Any]:
         from kernelwright.evaluate.remote import Refused
 
+        proven: dict[str, int] = {}
         for _ in range(SPOT_RETRIES):
             try:
                 staged = self._ask(self.cand.stage, inputs, like)
@@ -111,8 +112,13 @@ class Judge:
                     raise self._claim(e.reply) from None
                 continue  # failed on a spot check's noise: it depended on it; ask again
             if not reply.perturbed:
+                if proven and not reply.calls:
+                    # the same inputs asked again: a memo of them (keyed by value) may answer without
+                    # custom calls, and the spotted call just proved custom code makes this output
+                    reply = reply.model_copy(update={"calls": proven})
                 return out, reply
             self._spotted(like, out, inputs, reply.perturbed)  # then ask again for an answer to judge
+            proven = dict(reply.calls)
         raise Finish("runtime_error", f"{SPOT_RETRIES} calls in a row reported spot-checked custom outputs")
 
     def _checks(self) -> None:
@@ -123,89 +129,29 @@ class Judge:
     # -- stages -------------------------------------------------------------------------------
 
     def run(self) -> None:
+        """The stages in the protocol's order (module docstring); every way out is a Finish."""
         job = self.job
         timed = job.time and not job.compile_only
-        if timed and self.ref_runner is None:
-            from kernelwright.evaluate.remote import RemoteRunner
-
-            # started now: it imports torch while the candidate builds
-            self.ref_runner = RemoteRunner.spawn("the reference's runner")
-        elif not timed and self.ref_runner is not None:
-            self.ref_runner.kill()
-            self.ref_runner = None
+        self._hold_reference_runner(timed)
         with self.stage("setup"):
-            import torch
-
-            from kernelwright import device as device_lock
-            from kernelwright.evaluate import work
-            from kernelwright.measure import compare, draw, footprint, timing
-
-            self.torch, self.compare, self.timing, self.work, self.draw = torch, compare, timing, work, draw
-            self.footprint = footprint
-            self.device_lock = device_lock
-            if timed:
-                from kernelwright.analysis.roofline import floor_bandwidth
-
-                self.floor_bandwidth = floor_bandwidth
-            self.device = torch.device(job.device)
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
-            self.fields["versions"] = {"torch": torch.__version__, "cuda": str(torch.version.cuda),
-                                       "python": sys.version.split()[0]}
-            if self.device.type == "cuda":
-                # CUDA starts here, after the runners were forked (a fork of a CUDA process is unusable)
-                torch.cuda.set_device(self.device)
-                self.device = torch.device("cuda", torch.cuda.current_device())
-                self.fields["versions"]["gpu"] = torch.cuda.get_device_name(self.device)
-            for held in (self.cand, self.ref_runner):
-                if held is not None:
-                    held.device = self.device  # where their arenas live
-
+            self._setup(timed)
         with self.stage("load_reference"):
-            try:
-                self.ref_mod, _, self.init_inputs, self.ref_model = work.build_reference(
-                    job.task_source, job.seed, self.device)
-            except Exception as e:  # the task itself is broken (bad input), or the device full: not a candidate verdict
-                raise reference_raised(e) from e
-
-        from kernelwright.evaluate.link import Import
-        from kernelwright.evaluate.remote import init_request
-
+            self._load_reference()
         if timed:
-            # the reference's runner loads and builds the reference while the candidate builds;
-            # its replies are collected when timing starts
-            ref = self.ref_runner
-            self._ask(ref.post, Import(role="reference", source=job.task_source, workdir=job.workdir,
-                                       device=job.device, compile_baseline=bool(job.compile_baseline)))
-            self._ask(ref.post, init_request(job.seed, self.init_inputs))
+            self._post_reference()
 
         kernelbench = job.compat == "kernelbench"
         if kernelbench:
             self.fields["compat"] = "kernelbench"
         self._watch_maps()
         with self.stage("compile"):
-            reply = self._ask(self.cand.load, Import(
-                source=job.candidate_source, workdir=job.workdir, device=job.device,
-                compile_only=bool(job.compile_only), prebuild=bool(job.prebuild),
-                builds_root=job.builds_root,
-                preamble=job.task_source if kernelbench else None))
-            self.fields["builds"] = reply.builds
-            claim = None if reply.ok else self._claim(reply, importing=True)
-            # a compile-only job ends after its import: the stage itself went well
-            if claim is not None and not (job.compile_only and claim.verdict in ("compiled", "no_custom_kernel")):
-                raise claim
+            claim = self._import_candidate(kernelbench)
         self.fields["compiled"] = True
         if claim is not None:
             raise claim
 
         with self.stage("init"):
-            reply = self._ask(self.cand.init, job.seed, self.init_inputs)
-            if not reply.ok and kernelbench and reply.kind == "error" and reply.verdict != "out_of_memory":
-                self.fields["compiled"] = False  # KernelBench builds ModelNew as part of its load
-                raise Finish("compile_error", f"ModelNew(*get_init_inputs()) failed, which KernelBench counts as "
-                                              f"not compiled: {reply.error}")
-            if not reply.ok:
-                raise self._claim(reply)
+            self._init_candidate(kernelbench)
 
         # work on the device without a clock holds it shared: never during another process's timing
         device = job.device
@@ -221,15 +167,7 @@ class Judge:
                 pair = self._timing()
             self._checks()
             if job.compile_baseline:
-                # After the candidate's timing (out of scope above: the compile reads caches the
-                # candidate could write). torch.compile compiles at its first call, seconds of CPU
-                # (15 s on the 2-core CPU): that call holds the device shared, so it is held alone
-                # only for what is timed.
-                with self.stage("compile_baseline"), self.device_lock.DeviceLock(device, shared=True):
-                    self._compile_reference()
-                if "compile_baseline_error" not in self.fields:
-                    with self.stage("compile_timing"), self.device_lock.DeviceLock(device):
-                        self._time_compiled(*pair)
+                self._compile_baseline(pair)
             with self.stage("recheck"), self.device_lock.DeviceLock(device, shared=True):
                 self._recheck()
             self._checks()
@@ -239,6 +177,111 @@ class Judge:
             self._checks()
             self._libraries()
         raise Finish("correct" if self.fields["custom_kernel"] else "no_custom_kernel")
+
+    def _hold_reference_runner(self, timed: bool) -> None:
+        """The reference's runner is held for a timed job only: started here where the sandbox did
+        not start one, ended where an untimed job was given one."""
+        if timed and self.ref_runner is None:
+            from kernelwright.evaluate.remote import RemoteRunner
+
+            # started now: it imports torch while the candidate builds
+            self.ref_runner = RemoteRunner.spawn("the reference's runner")
+        elif not timed and self.ref_runner is not None:
+            self.ref_runner.kill()
+            self.ref_runner = None
+
+    def _setup(self, timed: bool) -> None:
+        """The judge's tools bound to it, TF32 off, and the device named once: for the judge and for
+        both runners' arenas."""
+        import torch
+
+        from kernelwright import device as device_lock
+        from kernelwright.evaluate import work
+        from kernelwright.measure import compare, draw, footprint, timing
+
+        self.torch, self.compare, self.timing, self.work, self.draw = torch, compare, timing, work, draw
+        self.footprint = footprint
+        self.device_lock = device_lock
+        if timed:
+            from kernelwright.analysis.roofline import floor_bandwidth
+
+            self.floor_bandwidth = floor_bandwidth
+        self.device = torch.device(self.job.device)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        self.fields["versions"] = {"torch": torch.__version__, "cuda": str(torch.version.cuda),
+                                   "python": sys.version.split()[0]}
+        if self.device.type == "cuda":
+            # CUDA starts here, after the runners were forked (a fork of a CUDA process is unusable)
+            torch.cuda.set_device(self.device)
+            self.device = torch.device("cuda", torch.cuda.current_device())
+            self.fields["versions"]["gpu"] = torch.cuda.get_device_name(self.device)
+        for held in (self.cand, self.ref_runner):
+            if held is not None:
+                held.device = self.device  # where their arenas live
+
+    def _load_reference(self) -> None:
+        """The judge's own reference, under the job's seed."""
+        job = self.job
+        try:
+            self.ref_mod, _, self.init_inputs, self.ref_model = self.work.build_reference(
+                job.task_source, job.seed, self.device)
+        except Exception as e:  # the task itself is broken (bad input), or the device full: not a candidate verdict
+            raise reference_raised(e) from e
+
+    def _post_reference(self) -> None:
+        """The reference's runner loads and builds the reference while the candidate builds; its
+        replies are collected when timing starts (_timing)."""
+        from kernelwright.evaluate.link import Import
+        from kernelwright.evaluate.remote import init_request
+
+        job, ref = self.job, self.ref_runner
+        self._ask(ref.post, Import(role="reference", source=job.task_source, workdir=job.workdir,
+                                   device=job.device, compile_baseline=bool(job.compile_baseline)))
+        self._ask(ref.post, init_request(job.seed, self.init_inputs))
+
+    def _import_candidate(self, kernelbench: bool) -> Optional[Finish]:
+        """The candidate's runner imports the candidate (its builds run there). Returns the claim
+        that ends the evaluation once the stage is recorded as done: a compile-only job's own end
+        (compiled, no custom kernel) is a stage that went well; any other claim is raised here."""
+        from kernelwright.evaluate.link import Import
+
+        job = self.job
+        reply = self._ask(self.cand.load, Import(
+            source=job.candidate_source, workdir=job.workdir, device=job.device,
+            compile_only=bool(job.compile_only), prebuild=bool(job.prebuild),
+            builds_root=job.builds_root,
+            preamble=job.task_source if kernelbench else None))
+        self.fields["builds"] = reply.builds
+        claim = None if reply.ok else self._claim(reply, importing=True)
+        # a compile-only job ends after its import: the stage itself went well
+        if claim is not None and not (job.compile_only and claim.verdict in ("compiled", "no_custom_kernel")):
+            raise claim
+        return claim
+
+    def _init_candidate(self, kernelbench: bool) -> None:
+        """ModelNew(*init_inputs) in the candidate's runner, under the job's seed."""
+        job = self.job
+        reply = self._ask(self.cand.init, job.seed, self.init_inputs)
+        if not reply.ok and kernelbench and reply.kind == "error" and reply.verdict != "out_of_memory":
+            self.fields["compiled"] = False  # KernelBench builds ModelNew as part of its load
+            raise Finish("compile_error", f"ModelNew(*get_init_inputs()) failed, which KernelBench counts as "
+                                          f"not compiled: {reply.error}")
+        if not reply.ok:
+            raise self._claim(reply)
+
+    def _compile_baseline(self, pair: tuple[Any, Any]) -> None:
+        """torch.compile of the reference, compiled and then timed against the eager reference.
+
+        After the candidate's timing, never inside it: the compile reads caches the candidate could
+        write. torch.compile compiles at its first call, seconds of CPU (15 s on the 2-core
+        CPU): that call holds the device shared, so it is held alone only for what is timed."""
+        device = self.job.device
+        with self.stage("compile_baseline"), self.device_lock.DeviceLock(device, shared=True):
+            self._compile_reference()
+        if "compile_baseline_error" not in self.fields:
+            with self.stage("compile_timing"), self.device_lock.DeviceLock(device):
+                self._time_compiled(*pair)
 
     def _pin_threads(self) -> None:
         """On the CPU, every call of the candidate (checked or timed) runs with the thread count
@@ -481,12 +524,12 @@ class Judge:
         ref = self.ref_runner
         try:
             eager = Served(ref, self.like)
-            comp = self._ask(self.timing.time_served_pair, Served(ref, self.like, "compiled"),
-                             eager, self._draw, self._output_check(record=False), self.device, cfg, threads=cand.threads, null=eager).candidate
+            pair = self._ask(self.timing.time_served_pair, Served(ref, self.like, "compiled"),
+                             eager, self._draw, self._output_check(record=False), self.device, cfg, threads=cand.threads, null=eager)
         except (Refused, self.timing.TimedCallRejected) as e:
             self._baseline_failed(e.reply.error if isinstance(e, Refused) else e.message)
             return
-        self.fields.update(self.timing.against_compile(cand, comp))
+        self.fields.update(self.timing.against_compile(cand, pair.candidate, pair.reference))
 
     def _recheck(self) -> None:
         inputs = self._fresh("recheck")
@@ -554,7 +597,7 @@ class Judge:
         if share is not None and share > LIBRARY_LIMIT and seen.library_ops:
             self.fields["custom_kernel"] = False
             raise Finish("no_custom_kernel", f"the custom code's compute is ATen's: {ops}, dispatched from inside "
-                         f"custom calls, took {100 * share:.0f}% of their time")
+                         f"custom calls, took {measured(100 * share, 2)}% of their time")
 
 
 # Above this share of the custom calls' time in ATen compute they dispatch, the work is the library's.

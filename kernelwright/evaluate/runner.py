@@ -206,11 +206,77 @@ class Runner:
 
     # -- calls --------------------------------------------------------------------------------
 
-    def do_call(self, req: Any, fds: list[int]) -> Any:
-        from kernelwright.evaluate import candidate_load, instrument, work
+    def _probing(self, req: Any) -> tuple[Any, Any]:
+        """The work probe the judge asked for (work.py) and the context the call runs in with it."""
+        from kernelwright.evaluate import work
+
+        probe: Any = None
+        if req.probe == "time":
+            probe = work.TimeProbe(self._sync)
+        elif req.probe == "inspect":
+            probe = work.InspectProbe(self._sync)
+        elif req.probe == "perturb":
+            probe = work.PerturbProbe(set(req.perturb))
+        probing = work.probing(self.counter, probe, self.new_ops) if probe is not None else nullcontext()
+        if req.probe != "none" and self.guard is not None and not self.guard.changed():
+            # The profiler's first session and the first dispatch mode (the probes' router, the
+            # inspect probe's work.LibraryOps) import torch._dynamo, which wraps torch.manual_seed:
+            # make that import ours, and take the tamper guard's snapshot again.
+            import torch._dynamo  # noqa: F401
+
+            self.guard.rebase()
+        return probe, probing
+
+    def _observed(self, counter: Any, before: dict[str, int], seconds: float, probe: Any) -> dict[str, Any]:
+        """What this process saw of the call, sent beside the outputs (claims, docs/evaluator.md):
+        its custom calls, its time, tampering, spot-checked outputs and the probe's observations."""
+        from kernelwright.evaluate import work
+
+        calls = {k: v - before.get(k, 0) for k, v in (counter.snapshot() if counter else {}).items()
+                 if v - before.get(k, 0)}
+        extra: dict[str, Any] = {"calls": calls, "seconds": seconds,
+                                 "reasons": list(self.guard.changed()) if self.guard is not None else [],
+                                 "perturbed": sorted(set(self.spot.perturbed)) if self.spot is not None else []}
+        if isinstance(probe, work.TimeProbe):
+            extra["custom_seconds"] = probe.seconds
+        if isinstance(probe, work.InspectProbe):
+            extra["seen"], extra["work"] = sorted(probe.seen), sorted(probe.work)
+            extra["library_seconds"], extra["library_ops"] = probe.library.seconds, probe.library.ops
+            extra["library_made"] = sorted(probe.library_made)
+        return extra
+
+    def _outputs(self, torch: Any, out: Any, refs: list[Any], extra: dict[str, Any]) -> Any:
+        """The outputs into the judge's buffers (`refs`; None: a value sent back in the reply), or
+        the reason they do not fit them: a tensor subclass, or another shape, dtype or device."""
+        from kernelwright.evaluate.link import Reply
+        from kernelwright.measure.compare import flatten
+
+        items = flatten(out)
+        subclass = [(i, type(t).__name__) for i, t in enumerate(items)
+                    if isinstance(t, torch.Tensor) and type(t) is not torch.Tensor]
+        if subclass:
+            i, name = subclass[0]
+            return Reply(ok=False, kind="subclass", error=f"output {i} is a {name}, a torch.Tensor subclass",
+                         **extra)
+        if not self._fits(items, refs):
+            return Reply(ok=False, kind="spec", spec=[self._spec(x) for x in items], **extra)
+        values = []
+        for item, ref in zip(items, refs):
+            if ref is None:
+                values.append(_jsonable(item))
+            else:
+                self.arena.view(ref).copy_(item)
+        self._sync()
+        return Reply(ok=True, values=values, **extra)
+
+    # Its parts are bound as defaults when the class is made, before any candidate code runs, as
+    # serve binds do_call itself: rebinding Runner._outputs (or the others) later changes nothing it calls.
+    def do_call(self, req: Any, fds: list[int], _probing: Any = _probing, _observed: Any = _observed,
+                _outputs: Any = _outputs) -> Any:
+        """One call of forward on tensors in the arena, its outputs copied into the judge's buffers."""
+        from kernelwright.evaluate import candidate_load, instrument
         from kernelwright.evaluate.link import Reply
         from kernelwright.measure import compare
-        from kernelwright.measure.compare import flatten
 
         try:
             torch = self.torch
@@ -220,21 +286,7 @@ class Runner:
             before = counter.snapshot() if counter is not None else {}
             if self.spot is not None:
                 self.spot.perturbed, self.spot.replaced = [], []
-            probe: Any = None
-            if req.probe == "time":
-                probe = work.TimeProbe(self._sync)
-            elif req.probe == "inspect":
-                probe = work.InspectProbe(self._sync)
-            elif req.probe == "perturb":
-                probe = work.PerturbProbe(set(req.perturb))
-            probing = work.probing(counter, probe, self.new_ops) if probe is not None else nullcontext()
-            if req.probe != "none" and self.guard is not None and not self.guard.changed():
-                # The profiler's first session and the first dispatch mode (the probes' router, the
-                # inspect probe's work.LibraryOps) import torch._dynamo, which wraps torch.manual_seed:
-                # make that import ours, and take the tamper guard's snapshot again.
-                import torch._dynamo  # noqa: F401
-
-                self.guard.rebase()
+            probe, probing = _probing(self, req)
             start = time.perf_counter()
             try:
                 with torch.no_grad(), probing:
@@ -255,34 +307,7 @@ class Runner:
                 return Reply(ok=False, kind="error", verdict=verdict, error=error,
                              perturbed=sorted(set(self.spot.perturbed)) if self.spot is not None else [])
             seconds = time.perf_counter() - start
-            calls = {k: v - before.get(k, 0) for k, v in (counter.snapshot() if counter else {}).items()
-                     if v - before.get(k, 0)}
-            extra: dict[str, Any] = {"calls": calls, "seconds": seconds,
-                                     "reasons": list(self.guard.changed()) if self.guard is not None else [],
-                                     "perturbed": sorted(set(self.spot.perturbed)) if self.spot is not None else []}
-            if isinstance(probe, work.TimeProbe):
-                extra["custom_seconds"] = probe.seconds
-            if isinstance(probe, work.InspectProbe):
-                extra["seen"], extra["work"] = sorted(probe.seen), sorted(probe.work)
-                extra["library_seconds"], extra["library_ops"] = probe.library.seconds, probe.library.ops
-                extra["library_made"] = sorted(probe.library_made)
-            items = flatten(out)
-            subclass = [(i, type(t).__name__) for i, t in enumerate(items)
-                        if isinstance(t, torch.Tensor) and type(t) is not torch.Tensor]
-            if subclass:
-                i, name = subclass[0]
-                return Reply(ok=False, kind="subclass", error=f"output {i} is a {name}, a torch.Tensor subclass",
-                             **extra)
-            if not self._fits(items, req.outputs):
-                return Reply(ok=False, kind="spec", spec=[self._spec(x) for x in items], **extra)
-            values = []
-            for item, ref in zip(items, req.outputs):
-                if ref is None:
-                    values.append(_jsonable(item))
-                else:
-                    self.arena.view(ref).copy_(item)
-            self._sync()
-            return Reply(ok=True, values=values, **extra)
+            return _outputs(self, torch, out, req.outputs, _observed(self, counter, before, seconds, probe))
         finally:
             if self.spot is not None and self.spot.replaced:
                 # the outputs are in the arena (or the call failed): undo the spot check's noise

@@ -7,8 +7,10 @@ was never recorded is an error naming its key: a replay never makes an answer up
 
 One looseness, for the judge's measurements: every check draws its inputs from secret seeds, so
 the numbers a feedback prompt quotes (max abs diff, relative error, timings) differ from run to
-run. A request that matches no recording exactly is matched with its decimal numbers masked
-(`loose_key`): the same prompt with other measurements gets the recorded answer.
+run. A request that matches no recording exactly is matched with its measurements masked
+(`loose_key`): the same prompt with other measurements gets the recorded answer. A measurement is
+told from a size or a line number by its form: kernelwright writes every one with a decimal point
+or an exponent (`records.measured`), and a count that depends on the draw as a share.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import threading
 import time
 from collections import defaultdict
@@ -26,6 +27,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from kernelwright.llm.base import Backend, BackendError, Completion, GenerationRequest, check_counts
+from kernelwright.records import MEASUREMENT
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +39,10 @@ def request_key(request: GenerationRequest, model: str) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-# a decimal number, as measurements are written ("6.79", "0.566", "1e-05"); a plain integer (a
-# size, a line number) stays part of the key
-_DECIMAL = re.compile(r"\d+\.\d+(?:e[-+]?\d+)?|\d+e[-+]?\d+")
-
-
 def loose_key(request: GenerationRequest, model: str) -> str:
-    """request_key with the decimal numbers of the messages masked."""
-    masked = request.model_copy(update={"messages": tuple(m.model_copy(update={"content": _DECIMAL.sub("#", m.content)})
+    """request_key with the measurements of the messages ("6.79", "124.0", "1e-05") masked; a
+    plain integer (a size, a line number) stays part of the key."""
+    masked = request.model_copy(update={"messages": tuple(m.model_copy(update={"content": MEASUREMENT.sub("#", m.content)})
                                                           for m in request.messages)})
     return "loose:" + request_key(masked, model)
 

@@ -261,6 +261,7 @@ def _tensor_mismatch(r: torch.Tensor, c: torch.Tensor, tol: Tolerance, trial: in
         mean_abs_diff=total / count if count else None,
         mismatch_fraction=not_close / r.numel(),
         nonfinite_in_candidate=bad_nonfinite,
+        elements=r.numel(),
         relative_error=whole,
     )
 

@@ -23,14 +23,15 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
 from kernelwright.device import DeviceLock
 from kernelwright.measure import footprint
-from kernelwright.records import TimingStats
+from kernelwright.records import TimingStats, measured
 
 _perf_counter = time.perf_counter
 _Event = torch.cuda.Event
@@ -176,13 +177,30 @@ def net_ratio(base_ms: Optional[float], cand_ms: Optional[float], protocol_ms: O
     return base / cand if base >= least and cand >= least else None
 
 
-def against_compile(cand: TimingStats, comp: TimingStats) -> dict:
+# torch.compile slower than eager by more than this is a baseline that misbehaves on this machine
+# (a recompile, a graph break per call, a slow first backend): a user would run eager instead, so
+# a ratio against it is no speedup to report
+COMPILE_SUSPECT_RATIO = 2.0
+
+
+def compile_misbehaves(eager_ms: Optional[float], compiled_ms: Optional[float]) -> Optional[str]:
+    """Why torch.compile(reference) is no baseline to beat here, or None: slower than eager by more
+    than COMPILE_SUSPECT_RATIO, both timed in one loop or one process."""
+    if not eager_ms or not compiled_ms or compiled_ms <= COMPILE_SUSPECT_RATIO * eager_ms:
+        return None
+    return (f"torch.compile ran {compiled_ms:.4g} ms, {compiled_ms / eager_ms:.3g}x eager's {eager_ms:.4g} ms "
+            f"(more than {COMPILE_SUSPECT_RATIO:g}x): a misbehaving baseline, not a speedup to report")
+
+
+def against_compile(cand: TimingStats, comp: TimingStats, eager: Optional[TimingStats] = None) -> dict:
     """The EvalResult fields of a candidate's timing against torch.compile(reference)'s, each side
     net of the null calls of its own loop: the judge's, and a search's launch variants, which take
-    the compile baseline their cell's verified kernel measured rather than compiling it again."""
+    the compile baseline their cell's verified kernel measured rather than compiling it again.
+    `eager`: the reference timed beside torch.compile, which flags a misbehaving baseline."""
     return {"compile_timing": comp.model_dump(), "compile_runtime_ms": comp.median_ms,
             "faster_than_compile": bool(cand.median_ms < comp.median_ms and faster_beyond_noise(cand, comp)),
-            "net_speedup_vs_compile": net_ratio(comp.median_ms, cand.median_ms, cand.protocol_ms, comp.protocol_ms)}
+            "net_speedup_vs_compile": net_ratio(comp.median_ms, cand.median_ms, cand.protocol_ms, comp.protocol_ms),
+            "compile_baseline_suspect": compile_misbehaves(eager.median_ms, comp.median_ms) if eager else None}
 
 
 @dataclass(frozen=True)
@@ -271,8 +289,8 @@ def pair_fields(pair: PairTiming, cuda: bool) -> dict[str, Any]:
     if below_floor(cand, ref, margin, GPU_MIN_FLOOR_MS if cuda else CPU_MIN_FLOOR_MS):
         raise TimedCallRejected(
             "time below the physical floor",
-            f"median {cand.median_ms:.4g} ms is below {margin:g}x the physical floor of a call "
-            f"({cand.floor_ms:.4g} ms: its input and output bytes over the memory bandwidth)")
+            f"median {measured(cand.median_ms, 4)} ms is below {margin:g}x the physical floor of a call "
+            f"({measured(cand.floor_ms, 4)} ms: its input and output bytes over the memory bandwidth)")
     speedup = ref.median_ms / cand.median_ms if cand.median_ms > 0 else None
     fields: dict[str, Any] = {
         "timing": cand.model_dump(), "ref_timing": ref.model_dump(), "runtime_ms": cand.median_ms,
@@ -294,6 +312,36 @@ def below_floor(cand: TimingStats, ref: TimingStats, margin: float = 0.5, min_fl
 
 
 # --- the candidate against the reference, each in its own runner process (judge.py) -------------
+
+def _timed_call(served: Any, staged: Any, flush: _Flusher, cuda: bool, run_null: bool = False) -> tuple[Any, float]:
+    """One served call under the judge's clock: from writing the inputs into the arena to the
+    outputs copied out (on a GPU: synchronized in the judge too, so side-stream work is inside)."""
+    served.before_call()  # outside the clock: the runner's process tree idle since its last reply
+    flush()
+    if cuda:
+        _synchronize()
+    t0 = _perf_counter()
+    out = served.run_null(staged) if run_null else served.run(staged)
+    if cuda:
+        _synchronize()  # the judge's copies of the outputs are done
+    ms = (_perf_counter() - t0) * 1e3
+    served.after_call()
+    return out, ms
+
+
+@contextmanager
+def _threads_set(threads: Optional[int], *served: Any) -> Iterator[None]:
+    """Every runner at `threads` threads for the pair's calls (None: as they are), back after."""
+    if threads is not None:
+        for runner in served:
+            runner.threads(threads)
+    try:
+        yield
+    finally:
+        if threads is not None:
+            for runner in served:
+                runner.threads(None)
+
 
 def time_served_pair(candidate: Any, reference: Any, draw: Callable[[], list[Any]],
                      check: Callable[[Any, Any, list[Any]], Optional[str]], device: torch.device, cfg: TimingConfig,
@@ -330,52 +378,34 @@ def time_served_pair(candidate: Any, reference: Any, draw: Callable[[], list[Any
     fresh_place = True
 
     def timed(served: Any, staged: Any, run_null: bool = False) -> tuple[Any, float]:
-        served.before_call()  # outside the clock: the runner's process tree idle since its last reply
-        flush()
-        if cuda:
-            _synchronize()
-        t0 = _perf_counter()
-        out = served.run_null(staged) if run_null else served.run(staged)
-        if cuda:
-            _synchronize()  # the judge's copies of the outputs are done
-        ms = (_perf_counter() - t0) * 1e3
-        served.after_call()
-        return out, ms
+        return _timed_call(served, staged, flush, cuda, run_null)
 
-    with DeviceLock(str(device)), torch.no_grad():
-        if threads is not None:
-            candidate.threads(threads)
-            reference.threads(threads)
-        try:
-            for i in range(cfg.warmup + cfg.iters):
-                inputs = draw()
-                staged_c, staged_r = candidate.stage(inputs), reference.stage(inputs)
-                # who goes first alternates: a call that follows the judge's own work (draw, stage,
-                # check) and one that follows the other's call are not alike on a busy machine
-                if i % 2 == 0:
-                    out_c, ms_c = timed(candidate, staged_c)
-                    out_r, ms_r = timed(reference, staged_r)
-                else:
-                    out_r, ms_r = timed(reference, staged_r)
-                    out_c, ms_c = timed(candidate, staged_c)
+    with DeviceLock(str(device)), torch.no_grad(), _threads_set(threads, candidate, reference):
+        for i in range(cfg.warmup + cfg.iters):
+            inputs = draw()
+            staged_c, staged_r = candidate.stage(inputs), reference.stage(inputs)
+            # who goes first alternates: a call that follows the judge's own work (draw, stage,
+            # check) and one that follows the other's call are not alike on a busy machine
+            if i % 2 == 0:
+                out_c, ms_c = timed(candidate, staged_c)
+                out_r, ms_r = timed(reference, staged_r)
+            else:
+                out_r, ms_r = timed(reference, staged_r)
+                out_c, ms_c = timed(candidate, staged_c)
+            if i >= cfg.warmup:
+                samples_c.append(ms_c)
+                samples_r.append(ms_r)
+            same = identical(candidate.inputs_after(staged_c), reference.inputs_after(staged_r))
+            _check_call(i, cfg, same, check(out_r, out_c, inputs))
+            floor_bytes = footprint.tensor_bytes(inputs) + footprint.tensor_bytes(out_r)
+            if null is not None:  # after the checks: it writes the reference's inputs again
+                _, ms_n = timed(null, staged_r, run_null=True)
                 if i >= cfg.warmup:
-                    samples_c.append(ms_c)
-                    samples_r.append(ms_r)
-                same = identical(candidate.inputs_after(staged_c), reference.inputs_after(staged_r))
-                _check_call(i, cfg, same, check(out_r, out_c, inputs))
-                floor_bytes = footprint.tensor_bytes(inputs) + footprint.tensor_bytes(out_r)
-                if null is not None:  # after the checks: it writes the reference's inputs again
-                    _, ms_n = timed(null, staged_r, run_null=True)
-                    if i >= cfg.warmup:
-                        samples_n.append(ms_n)
-                # let this call's inputs and outputs go before the next draw: at KernelBench's
-                # sizes two calls' sets at once are gigabytes more on the device (footprint.py)
-                fresh_place = fresh_place and staged_c.fresh_place and staged_r.fresh_place
-                del inputs, staged_c, staged_r, out_c, out_r
-        finally:
-            if threads is not None:
-                candidate.threads(None)
-                reference.threads(None)
+                    samples_n.append(ms_n)
+            # let this call's inputs and outputs go before the next draw: at KernelBench's
+            # sizes two calls' sets at once are gigabytes more on the device (footprint.py)
+            fresh_place = fresh_place and staged_c.fresh_place and staged_r.fresh_place
+            del inputs, staged_c, staged_r, out_c, out_r
     clock = (f"{'wall-clock+device-sync' if cuda else 'wall-clock'} in the judge around each runner's request "
              "and reply (inputs copied in, outputs copied out)")
     return _pair_timing(samples_c, samples_r, clock, cfg, threads, before, floor_bytes, bandwidth, samples_n,

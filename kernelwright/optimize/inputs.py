@@ -27,7 +27,6 @@ from kernelwright.errors import BadInput
 from kernelwright.records import Task
 
 CHECK_TIMEOUT_S = 180.0
-TARGETS = ("cuda", "triton", "cpp")
 
 
 class InputError(BadInput, ValueError):
@@ -136,39 +135,6 @@ def eval_run(opts: Any) -> Any:
                        device=opts.device)
     except EvaluatorError as e:
         raise InputError(str(e)) from None
-
-
-def gpu_default_target(task: Task, device: str, scaffold: bool, size: str = "auto") -> tuple[str, str]:
-    """(target, why) on a GPU when no target is asked for: Triton where the module has a GEMM that
-    the scaffold takes into one kernel with what follows it (only Triton has that skeleton:
-    scaffold.types.GEMM_TARGETS), else CUDA. CUDA's skeleton leaves the GEMM to the library and fuses
-    the epilogue after it, which is what torch.compile does too: on the H200 such a kernel tied it
-    (1.00x), where the fused Triton GEMM ran 1.35x torch.compile through the judge (results/optimize-h200.md).
-    The plan is the one the run's scaffold uses (cached: planned once)."""
-    import importlib.util
-
-    if not scaffold or importlib.util.find_spec("triton") is None:
-        return "cuda", ""
-    from kernelwright.scaffold import ScaffoldError, plan_task
-
-    try:
-        plan = plan_task(task, resolve_size(device, size), device=device)
-    except ScaffoldError:
-        return "cuda", ""  # the run's own planning says why, where it matters
-    if plan.gemm is not None and plan.gemm.available:
-        return "triton", "its GEMM and the ops after it fuse into one kernel in the Triton skeleton"
-    return "cuda", ""
-
-
-def resolve_target(target: Optional[str], device: str) -> str:
-    """The kernel language: CUDA on a GPU, C++ on the CPU, unless asked otherwise (on a GPU the
-    CLI may pick Triton first: gpu_default_target)."""
-    tgt = target or ("cpp" if device == "cpu" else "cuda")
-    if tgt not in TARGETS:
-        raise InputError(f"unknown target {tgt!r}: use cuda, triton or cpp")
-    if tgt in ("cuda", "triton") and device == "cpu":
-        raise InputError(f"target {tgt} needs a GPU device; on the CPU use --target cpp")
-    return tgt
 
 
 def check_writable(out: Path) -> None:

@@ -2,7 +2,7 @@
 
 profile (analysis: graph shape for routing, roofline floor for the report)
   -> baseline (eager and torch.compile, child process)
-  -> rounds of the regime (routed by default) until a candidate is the goal — correct, custom
+  -> rounds of the regime (strategies/defaults.py: search unless asked) until a candidate is the goal — correct, custom
      code ran, faster beyond noise — or the budget or the round limit is reached
   -> the ranking key's pick over every attempt of every round (strategies/selection.py)
   -> output folder: model_new.py, report.md, report.html, summary.json, and the records of a
@@ -24,6 +24,7 @@ from kernelwright.events import Event, Round, Routed, Step
 from kernelwright.executors.base import make_executor, opened
 from kernelwright.llm.base import Backend, BackendError, first_line
 from kernelwright.llm.budget import Budget, BudgetedBackend, BudgetSpent
+from kernelwright.measure.timing import compile_misbehaves
 from kernelwright.optimize import baseline as baseline_mod
 from kernelwright.optimize.inputs import InputError, eval_run
 from kernelwright.optimize.types import Baseline, Options, Outcome
@@ -57,73 +58,23 @@ def _facts(task: Task, analysis, facts_path: Optional[Path]) -> PromptFacts:
 def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget: Budget, *,
              outputs: Optional[list[str]] = None, progress: ProgressFn = lambda e: None,
              facts_path: Optional[Path] = None) -> tuple[Outcome, list[Attempt]]:
-    from kernelwright.analysis import AnalysisError, analyze
-
     for name in OUTPUT_FILES:  # a kept candidate from an earlier run must not pass for this run's
         (out_dir / name).unlink(missing_ok=True)
     outcome = Outcome(task_id=task.id, source_path=task.path or task.id, options=opts, model=backend.model,
                       outputs=outputs or [], size=task.sizing.summary() if task.sizing else None)
-
-    progress(Step("profiling the reference"))
-    try:
-        analysis = analyze(task, device=opts.device, size=opts.size)
-    except AnalysisError as e:
-        raise InputError(f"{task.path}: profiling the reference failed: {e}") from None
-    facts = _facts(task, analysis, facts_path)
-    outcome.shape = facts.shape
-    if analysis.roofline_local:
-        outcome.roofline_floor_ms = analysis.roofline.floor_ms
-    outcome.roofline_line = facts.roofline_line
-
-    if budget.left() > MIN_BASELINE_S:
-        progress(Step("timing eager and torch.compile"))
-        outcome.baseline = baseline_mod.measure(task, opts.device, opts.iters,
-                                                timeout=max(MIN_BASELINE_S, min(opts.baseline_timeout, budget.left())),
-                                                size=opts.size)
-    else:  # the budget bounds wall time, the baselines included
-        outcome.baseline = Baseline(error="skipped: the budget was spent before the baselines")
+    analysis, facts = _profile(task, opts, outcome, facts_path, progress)
+    outcome.baseline = _baselines(task, opts, budget, progress)
 
     attempts: list[Attempt] = []
-    def watch(e: Event) -> None:
-        if isinstance(e, Routed):
-            outcome.route = f"{e.regime}: {e.reason}"
-        progress(e)
-
     run = eval_run(opts)
     # the search ends early enough to time torch.compile beside the kept candidate (_beside_compile)
     search = budget.less(closing_s(budget, outcome.baseline))
-    model = BudgetedBackend(backend, search)
     # every round is a cell of a one-task study folder (study/cell_log.py): `study report` reads it
     log = CellLog(out_dir, task, backend.model, opts.device, run.config, model_spec=opts.model, kind="optimize",
                   executor=opts.executor)
     try:
-        with log.open(_round_config(opts, 0)), opened(make_executor(opts.executor, [opts.device])) as executor:
-            try:
-                while True:
-                    if search.spent():
-                        outcome.stopped = "budget"
-                        break
-                    r = outcome.rounds
-                    progress(Round(r))
-                    config = _round_config(opts, r)
-                    cell = log.cell(config)
-                    outcome.rounds += 1
-
-                    def sink(a: Attempt, cell=cell) -> None:
-                        attempts.append(a)
-                        cell.sink(a)  # one fsynced line per attempt: an interrupted run keeps what it did
-
-                    run_regime(task, model, config, run, sink=sink, progress=watch,
-                               analysis_provider=lambda t: facts, config_hash=cell.config_hash, cell_sink=cell.finish,
-                               executor=executor)
-                    if any(selection.is_goal(a.eval) for a in attempts):
-                        outcome.stopped = "goal"
-                        break
-                    if opts.rounds and outcome.rounds >= opts.rounds:
-                        outcome.stopped = "rounds"
-                        break
-            except BudgetSpent:  # the normal end of a budgeted run, not an error of the invocation
-                outcome.stopped = "budget"
+        _rounds(task, opts, BudgetedBackend(backend, search), search, run, log, facts, outcome, attempts,
+                progress)
     except GPUUnavailableError as e:
         outcome.stopped, outcome.error, outcome.exit_code = "error", str(e), EXIT_GPU_GONE
     except (BackendError, EvaluatorError) as e:
@@ -142,6 +93,74 @@ def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget:
     _settle(outcome, attempts, analysis, beside)
     outcome.wall_s = round(budget.elapsed(), 1)
     return outcome, attempts  # the caller writes the report (report.optimize_report.write)
+
+
+def _profile(task: Task, opts: Options, outcome: Outcome, facts_path: Optional[Path], progress: ProgressFn):
+    """The reference profiled (graph shape, roofline) and the facts the prompts show; the outcome
+    keeps what the report says of them."""
+    from kernelwright.analysis import AnalysisError, analyze
+
+    progress(Step("profiling the reference"))
+    try:
+        analysis = analyze(task, device=opts.device, size=opts.size)
+    except AnalysisError as e:
+        raise InputError(f"{task.path}: profiling the reference failed: {e}") from None
+    facts = _facts(task, analysis, facts_path)
+    outcome.shape = facts.shape
+    if analysis.roofline_local:
+        outcome.roofline_floor_ms = analysis.roofline.floor_ms
+    outcome.roofline_line = facts.roofline_line
+    return analysis, facts
+
+
+def _baselines(task: Task, opts: Options, budget: Budget, progress: ProgressFn) -> Baseline:
+    """Eager and torch.compile timed in one child, unless the budget is nearly spent already (the
+    budget bounds wall time, the baselines included)."""
+    if budget.left() <= MIN_BASELINE_S:
+        return Baseline(error="skipped: the budget was spent before the baselines")
+    progress(Step("timing eager and torch.compile"))
+    return baseline_mod.measure(task, opts.device, opts.iters,
+                                timeout=max(MIN_BASELINE_S, min(opts.baseline_timeout, budget.left())), size=opts.size)
+
+
+def _rounds(task: Task, opts: Options, model: Backend, search: Budget, run: EvalRun, log: CellLog, facts: PromptFacts,
+            outcome: Outcome, attempts: list[Attempt], progress: ProgressFn) -> None:
+    """Rounds of the regime, each a cell of `log`, until a goal candidate, the round limit or the
+    search's budget; every attempt lands in `attempts` as it is made. Errors other than a spent
+    budget propagate: the caller records them on the outcome."""
+    def watch(e: Event) -> None:
+        if isinstance(e, Routed):
+            outcome.route = f"{e.regime}: {e.reason}"
+        progress(e)
+
+    with log.open(_round_config(opts, 0)), opened(make_executor(opts.executor, [opts.device])) as executor:
+        try:
+            while True:
+                if search.spent():
+                    outcome.stopped = "budget"
+                    return
+                r = outcome.rounds
+                progress(Round(r))
+                config = _round_config(opts, r)
+                cell = log.cell(config)
+                outcome.rounds += 1
+
+                def sink(a: Attempt, cell=cell) -> None:
+                    attempts.append(a)
+                    cell.sink(a)  # one fsynced line per attempt: an interrupted run keeps what it did
+
+                run_regime(task, model, config, run, sink=sink, progress=watch,
+                           analysis_provider=lambda t: facts, config_hash=cell.config_hash, cell_sink=cell.finish,
+                           executor=executor)
+                if any(selection.is_goal(a.eval) for a in attempts):
+                    outcome.stopped = "goal"
+                    return
+                if opts.rounds and outcome.rounds >= opts.rounds:
+                    outcome.stopped = "rounds"
+                    return
+        except BudgetSpent:  # the normal end of a budgeted run, not an error of the invocation
+            outcome.stopped = "budget"
+
 
 def closing_s(budget: Budget, baseline: Baseline) -> float:
     """Seconds the search leaves for the evaluation beside torch.compile: CLOSING_S, or more where
@@ -201,11 +220,15 @@ def _settle(outcome: Outcome, attempts: list[Attempt], analysis, beside=None) ->
             outcome.speedup_vs_compile = beside.compile_runtime_ms / beside.runtime_ms
             outcome.vs_compile_by = "judge"
             outcome.beside_ms = (beside.compile_runtime_ms, beside.runtime_ms)
+            outcome.vs_compile_caveat = beside.compile_baseline_suspect
         elif r.speedup is not None and b.eager is not None and b.compiled is not None:
             # Two paired ratios chained: torch.compile vs eager (one process), kernel vs eager (the
             # evaluator's process). Robust to the load of a shared machine drifting between them.
             outcome.speedup_vs_compile = b.compiled.median_ms / b.eager.median_ms * r.speedup
             outcome.vs_compile_by = "chained"
+            outcome.vs_compile_caveat = compile_misbehaves(b.eager.median_ms, b.compiled.median_ms) or (
+                "chained, not timed beside the kept candidate: (torch.compile / eager in a warm process) x "
+                "(the kept candidate / eager in the evaluator)")
         if r.runtime_ms is not None and outcome.roofline_floor_ms is not None:
             outcome.fraction_of_floor = analysis.roofline.fraction_of_floor(r.runtime_ms)
     if outcome.exit_code in (EXIT_FASTER, EXIT_NOT_FASTER):

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from kernelwright.errors import EXIT_NOT_FASTER
 from kernelwright.evaluate.config import EVAL_DEFAULTS
 from kernelwright.records import TimingStats
+from kernelwright.strategies.defaults import DEFAULT_REGIME
 
 # The exit codes live in kernelwright/errors.py; what they mean for optimize:
 # 0 kept a verified custom kernel faster than the reference beyond noise; 2 bad input, caught
@@ -19,7 +20,7 @@ from kernelwright.records import TimingStats
 class Options(BaseModel):
     """The run's settings, resolved (device and target chosen, defaults filled in)."""
 
-    regime: str = "routed"
+    regime: str = DEFAULT_REGIME
     model: Optional[str] = None  # None: the embedded default model
     device: str = "cpu"
     target: str = "cpp"
@@ -71,6 +72,9 @@ class Outcome(BaseModel):
     # how: "judge" (torch.compile timed beside the kept candidate by the evaluator, one protocol) or
     # "chained" (the baselines' torch.compile / eager x the judge's speedup vs eager)
     vs_compile_by: str = ""
+    # why the ratio against torch.compile is no headline: the baseline misbehaved (more than 2x
+    # slower than eager) or was only chained, not timed beside the kept candidate; None: it is one
+    vs_compile_caveat: Optional[str] = None
     beside_ms: Optional[tuple[float, float]] = None  # judge: (torch.compile, the kept candidate) medians, ms
     fraction_of_floor: Optional[float] = None
     size: Optional[str] = None  # the problem run, in one line (records.Sizing.summary); None: not sized

@@ -65,6 +65,8 @@ def print_result(console: Console, r: EvalResult) -> None:
                           + f" (the protocol's copies and round trip, {r.timing.protocol_ms:.4f} ms a call, "
                             "off both sides)")
         facts.add_row("timing protocol", r.timing.protocol)
+    if r.compile_baseline_suspect:
+        facts.add_row("torch.compile", r.compile_baseline_suspect)
     if r.flags:
         facts.add_row("flags", "; ".join(r.flags))
     console.print(facts)

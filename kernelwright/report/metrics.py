@@ -81,7 +81,12 @@ class Scored:
 
     @property
     def fast_vs_compile(self) -> bool:
+        """fast_1 and faster than torch.compile too; where torch.compile misbehaved (more than 2x
+        slower than eager beside it: the record's compile_baseline_suspect) the better baseline a
+        user would run is eager, so fast_1 alone decides and a slow compile earns nothing."""
         r = self.result
+        if r is not None and r.compile_baseline_suspect:
+            return self.fast
         return self.fast and r is not None and bool(r.faster_than_compile)
 
 

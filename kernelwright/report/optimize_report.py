@@ -32,7 +32,9 @@ def _ms(t: Optional[TimingStats]) -> str:
 def headline(o: Outcome) -> str:
     """The verdict of the run in plain words: the first thing the report and the CLI say."""
     if o.goal:
-        vs = f", {o.speedup_vs_compile:.3g}x against torch.compile" if o.speedup_vs_compile is not None else ""
+        # a ratio against a misbehaving or merely chained torch.compile is never the headline
+        vs = f", {o.speedup_vs_compile:.3g}x against torch.compile" if o.speedup_vs_compile is not None \
+            and not o.vs_compile_caveat else ""
         return (f"Found a verified rewrite: custom code, outputs match, {o.speedup_vs_eager:.3g}x faster than eager "
                 f"PyTorch beyond noise{vs}. Kept in model_new.py.")
     if o.kept_id is not None:
@@ -91,8 +93,9 @@ def tables(o: Outcome, attempts: list[Attempt], kept: Optional[Attempt]) -> list
                  ["eager, beside the kept candidate", _ms(r.ref_timing) if r.ref_timing else "not timed"],
                  ["speedup vs eager", "n/a (not timed)" if r.speedup is None else
                   f"{r.speedup:.3g}x ({'faster beyond noise' if r.faster else 'not faster beyond noise'})"],
-                 ["speedup vs torch.compile", ratio(o.speedup_vs_compile) if o.speedup_vs_compile is not None
-                  else "n/a (torch.compile or the candidate not timed)"],
+                 ["speedup vs torch.compile", (ratio(o.speedup_vs_compile) + (
+                     f" (not a speedup to report: {o.vs_compile_caveat})" if o.vs_compile_caveat else ""))
+                  if o.speedup_vs_compile is not None else "n/a (torch.compile or the candidate not timed)"],
                  *([["torch.compile, beside the kept candidate", f"{o.beside_ms[0]:.4g} ms (the kept candidate "
                      f"{o.beside_ms[1]:.4g} ms in that evaluation)"]] if o.beside_ms else []),
                  ["net of the timing protocol, vs eager", _net(r)],

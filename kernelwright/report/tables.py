@@ -87,7 +87,9 @@ def table_i(scored: list[Scored]) -> Table:
         ("fast_1: correct, custom kernel ran, and faster than the eager reference beyond noise (the candidate's p75 "
          "below the reference's p25); a tie is not a win."),
         ("fast_1 vs torch.compile: fast_1 and also faster beyond noise than torch.compile(reference) timed under "
-         "the same protocol (`study run --compile-baseline`): faster than both, whichever a user would pick; n/a where a correct pick carries no torch.compile timing (run without "
+         "the same protocol (`study run --compile-baseline`): faster than both, whichever a user would pick (where "
+         "torch.compile ran more than 2x slower than eager beside it, a misbehaving baseline the record flags, eager "
+         "alone is the bar); n/a where a correct pick carries no torch.compile timing (run without "
          "that flag, or torch.compile failed on the machine: the record says why)."),
         "Geomean speedup: over picks that are correct with a custom kernel and were timed (n = how many).",
         ("Share of work: the time of one forward spent inside custom code (the evaluator's work probe, outside the "
@@ -228,7 +230,7 @@ def table_v(scored: list[Scored]) -> Table:
         steps = [_funnel(a) for a in attempts]
         verified = sum(1 for a, st in zip(attempts, steps)
                        if st.built and a.eval.verdict == Verdict.CORRECT and a.eval.custom_kernel)
-        # a region search composed from lines that passed (search_steps.py) is built, not sampled
+        # a region search composed from lines that passed (strategies/search/steps.py) is built, not sampled
         drawn = [not (a.notes.get("search") or {}).get("composed") for a in attempts]
         counts = [sum(getattr(st, f) and (d or f == "built") for st, d in zip(steps, drawn)) for f in Funnel._fields]
         rows.append([g, str(sum(drawn)), *map(str, counts), str(verified),

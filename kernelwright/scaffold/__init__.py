@@ -27,7 +27,6 @@ from kernelwright.scaffold.compose import write
 from kernelwright.scaffold.grammar import region_grammar
 from kernelwright.scaffold.planner_job import PlanBatch, PlanJob
 from kernelwright.scaffold.precheck import Counterexample, PrecheckResult, PrecheckStatus, precheck, precheck_many
-from kernelwright.scaffold.skeleton import default_launch, launch_variants, shared_programs, with_launch
 from kernelwright.scaffold.splice import assemble
 from kernelwright.scaffold.types import (
     BEGIN,
@@ -40,6 +39,7 @@ from kernelwright.scaffold.types import (
     Segment,
     SegmentKind,
 )
+from kernelwright.scaffold.writers import default_launch, launch_variants, shared_programs, with_launch
 
 __all__ = ["BEGIN", "END", "Assembly", "Counterexample", "KernelArg", "PrecheckResult", "PrecheckStatus", "Probes",
            "Scaffold", "ScaffoldError", "ScaffoldPlan", "Segment", "SegmentKind", "assemble", "build", "default_launch",

@@ -1,6 +1,6 @@
-"""A task's whole scaffold plan and its skeleton for a target: the segment planner (plan.py) and
-skeletons (skeleton.py) with the GEMM layout (gemm_plan.py, gemm_skeleton.py) on top. Its own
-module because the GEMM side builds on both, so neither may import it back."""
+"""A task's whole scaffold plan and its skeleton for a target: the planners (plan.py, the GEMM
+alternative gemm_plan.py on top) and the skeleton writers (writers/, one per target and segment
+family). Its own module because the GEMM side builds on both, so neither may import it back."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from torch import nn
 
 from kernelwright.measure.draw import SEED
 from kernelwright.scaffold.gemm_plan import plan_gemm
-from kernelwright.scaffold.gemm_skeleton import write_triton_gemm
 from kernelwright.scaffold.plan import plan_segment
-from kernelwright.scaffold.skeleton import write_segment
 from kernelwright.scaffold.types import Scaffold, ScaffoldPlan, SegmentKind
+from kernelwright.scaffold.writers import write_segment
 
 
 def plan(task_id: str, module: Any, model: nn.Module, inputs: Sequence[Any], source: str,
@@ -31,18 +30,17 @@ def plan(task_id: str, module: Any, model: nn.Module, inputs: Sequence[Any], sou
 
 def write(plan: ScaffoldPlan, target: str) -> Scaffold:
     chosen = plan.for_target(target)  # Triton takes a GEMM into the kernel where the planner found one
-    if chosen.available and chosen.segment is not None and chosen.segment.kind == SegmentKind.GEMM:
-        sc = write_triton_gemm(chosen, chosen.segment)
+    sc = write_segment(chosen, target)
+    if sc.available and chosen.segment is not None and chosen.segment.kind == SegmentKind.GEMM:
         sc.library_twin = _library_twin(plan, chosen, target)
-        return sc
-    return write_segment(chosen, target)
+    return sc
 
 
 def _library_twin(plan: ScaffoldPlan, gemm: ScaffoldPlan, target: str) -> Scaffold | None:
     """The skeleton that leaves the GEMM to the library (cuBLAS through torch) and runs the same
     epilogue as an elementwise kernel after it, where a region written for the GEMM skeleton is one
     for it too: the same lines after the GEMM, over inputs of the same names. Speed search times
-    both with the verified region (search_parts._tune): the library's GEMM and one extra pass over
+    both with the verified region (strategies/search/tune.py): the library's GEMM and one extra pass over
     its output is about 1.0x torch.compile; the fp32 GEMM skeleton in 3xTF32 1.1-1.9x (H200,
     docs/results/skeleton-speed-h200.md), fp16 and bf16 GEMMs in Triton near cuBLAS's."""
     if not plan.available or plan.segment is None or plan.segment.kind != SegmentKind.ELEMENTWISE:

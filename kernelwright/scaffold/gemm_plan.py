@@ -38,15 +38,15 @@ from kernelwright.analysis.graph import trace_fx
 from kernelwright.analysis.types import OpNode, Role
 from kernelwright.scaffold.plan import (
     FLOAT_DTYPES,
-    _allowed,
-    _Candidate,
-    _components,
-    _describe,
-    _probes,
-    _rewrite,
-    _segment,
-    _Unsupported,
+    CandidateRun,
+    RewriteError,
     Values,
+    connected_groups,
+    describe_input,
+    may_fuse,
+    probes_for,
+    rewrite_model,
+    segment_of,
 )
 from kernelwright.scaffold.probes import probe
 from kernelwright.scaffold.types import GemmSpec, KernelArg, ScaffoldPlan, Segment, SegmentKind
@@ -110,11 +110,11 @@ def _plan(task_id: str, module: Any, model: nn.Module, inputs: Any, values: Valu
     _, gemm, epilogue = max(options, key=lambda o: o[0])
     seg, cand = _gemm_segment(gm, gemm, epilogue, values.shapes)
     # the probes first: they read the epilogue's nodes, which the rewrite erases
-    probes = _probes(gm, epilogue[1], epilogue[0]) if epilogue else _identity_probes(seg, values.real[gemm.node.name])
+    probes = probes_for(gm, epilogue[1], epilogue[0]) if epilogue else _identity_probes(seg, values.real[gemm.node.name])
     call = [gemm.a[0], gemm.b[0]] + ([gemm.bias[0]] if gemm.bias else []) + [a.origin for a in seg.extras]
     try:
-        prelude, model_new = _rewrite(gm, model, seg, cand, source, module.__name__, call=call)
-    except _Unsupported:
+        prelude, model_new = rewrite_model(gm, model, seg, cand, source, module.__name__, call=call)
+    except RewriteError:
         return None
     spec = seg.gemm
     assert spec is not None
@@ -203,21 +203,21 @@ def _shapes_fit(g: _Gemm, out: torch.Tensor) -> bool:
 # ---- the epilogue --------------------------------------------------------------------------------
 
 def _epilogue(model: nn.Module, gm: fx.GraphModule, g: _Gemm, info: dict[str, OpNode],
-              values: Values) -> Optional[tuple[_Candidate, Segment]]:
+              values: Values) -> Optional[tuple[CandidateRun, Segment]]:
     """The elementwise run with the most work that reads the GEMM's output as its main input and
     holds every reader of it."""
     readers = {u.name for u in g.node.users}
-    order = [n for n in gm.graph.nodes if n.name in info and _allowed(info[n.name])]
-    best: Optional[tuple[tuple[int, int], _Candidate, Segment]] = None
-    for comp in _components(order):
+    order = [n for n in gm.graph.nodes if n.name in info and may_fuse(info[n.name])]
+    best: Optional[tuple[tuple[int, int], CandidateRun, Segment]] = None
+    for comp in connected_groups(order):
         if not readers & {n.name for n in comp}:
             continue
         for start in range(len(comp)):
             for end in range(len(comp), start, -1):
-                cand = _Candidate(comp[start:end])
+                cand = CandidateRun(comp[start:end])
                 if not readers <= cand.names:
                     continue
-                seg = _segment(model, gm, cand, info, values, main_origin=g.node.name)
+                seg = segment_of(model, gm, cand, info, values, main_origin=g.node.name)
                 if isinstance(seg, str) or seg.kind != SegmentKind.ELEMENTWISE:
                     continue
                 score = (sum(1 for n in cand.nodes if info[n.name].role == Role.COMPUTE), len(cand.nodes))
@@ -228,8 +228,8 @@ def _epilogue(model: nn.Module, gm: fx.GraphModule, g: _Gemm, info: dict[str, Op
 
 # ---- the segment ---------------------------------------------------------------------------------
 
-def _gemm_segment(gm: fx.GraphModule, g: _Gemm, epilogue: Optional[tuple[_Candidate, Segment]],
-                  values: dict[str, Any]) -> tuple[Segment, _Candidate]:
+def _gemm_segment(gm: fx.GraphModule, g: _Gemm, epilogue: Optional[tuple[CandidateRun, Segment]],
+                  values: dict[str, Any]) -> tuple[Segment, CandidateRun]:
     out = values[g.node.name]
     a, b = g.a[1], g.b[1]
     m = a.shape[1] if g.batched else math.prod(a.shape[:-1])
@@ -253,12 +253,12 @@ def _gemm_segment(gm: fx.GraphModule, g: _Gemm, epilogue: Optional[tuple[_Candid
         nodes = [g.node] + cand_e.nodes
     else:
         main = KernelArg(name="x", origin=g.node.name, shape=list(out.shape), dtype=FLOAT_DTYPES[out.dtype],
-                         main=True, describe=_describe("x", g.node.name, out, out, True))
+                         main=True, describe=describe_input("x", g.node.name, out, out, True))
         seg = Segment(kind=SegmentKind.GEMM, nodes=[g.node.name], targets=[g.op], args=[main],
                       out_shape=list(out.shape), out_dtype=FLOAT_DTYPES[out.dtype], torch_lines=lines + ["y = x"],
                       module_notes=notes, gemm=spec)
         nodes = [g.node]
-    return seg, _Candidate(nodes)
+    return seg, CandidateRun(nodes)
 
 
 def _gemm_lines(gm: fx.GraphModule, node: fx.Node) -> list[str]:

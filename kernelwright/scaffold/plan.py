@@ -135,10 +135,10 @@ def _plan_segment(task_id: str, module: Any, model: nn.Module, gm: fx.GraphModul
     if isinstance(found, str):
         return _none(task_id, found), set()
     seg, chosen = found
-    probes = _probes(gm, seg, chosen, values)  # first: a row segment's probes run gm, which the rewrite changes
+    probes = probes_for(gm, seg, chosen, values)  # first: a row segment's probes run gm, which the rewrite changes
     try:
-        prelude, model_new = _rewrite(gm, model, seg, chosen, source, module.__name__)
-    except _Unsupported as e:
+        prelude, model_new = rewrite_model(gm, model, seg, chosen, source, module.__name__)
+    except RewriteError as e:
         return _none(task_id, f"cannot print the rewritten forward: {e}; the model writes the whole program"), set()
     what = " -> ".join(seg.targets)
     where = (f"one row of {seg.cols} values per program ({seg.rows} rows)" if seg.kind == SegmentKind.ROW
@@ -147,7 +147,7 @@ def _plan_segment(task_id: str, module: Any, model: nn.Module, gm: fx.GraphModul
                         segment=seg, prelude=prelude, model_new=model_new, probes=probes), set(seg.nodes)
 
 
-def _probes(gm: fx.GraphModule, seg: Segment, cand: "_Candidate", values: Optional[Values] = None
+def probes_for(gm: fx.GraphModule, seg: Segment, cand: "CandidateRun", values: Optional[Values] = None
             ) -> Optional[Probes]:
     """The pre-check's probes; a plan without them is still a plan (the pre-check then answers
     `unsupported` and the evaluator decides)."""
@@ -175,8 +175,8 @@ def _none(task_id: str, reason: str) -> ScaffoldPlan:
     return ScaffoldPlan(task_id=task_id, available=False, reason=reason)
 
 
-class _Unsupported(Exception):
-    pass
+class RewriteError(Exception):
+    """ModelNew cannot be written around the run (the forward uses something the rewrite cannot carry)."""
 
 
 # ---- running the graph ---------------------------------------------------------------------------
@@ -190,7 +190,7 @@ def _run_keeping_values(gm: fx.GraphModule, inputs: Sequence[Any]) -> dict[str, 
 
 # ---- finding segments ----------------------------------------------------------------------------
 
-def _allowed(node: OpNode) -> bool:
+def may_fuse(node: OpNode) -> bool:
     if node.target in RANDOM_OPS or len(node.outputs) != 1:
         return False
     if node.outputs[0].dtype not in FLOAT_DTYPES.values():
@@ -200,7 +200,9 @@ def _allowed(node: OpNode) -> bool:
     return node.role == Role.COMPUTE and node.kind in ops.FUSIBLE_KINDS
 
 
-class _Candidate:
+class CandidateRun:
+    """A run of fusible nodes tried as one kernel's region (plan.py and gemm_plan.py both grow them)."""
+
     def __init__(self, nodes: list[fx.Node]):
         self.nodes = nodes
         # how the run was re-run on its own (set once it passes): what the probes need
@@ -228,19 +230,19 @@ def _metadata_read(n: fx.Node) -> bool:
 
 
 def _best_segment(model: nn.Module, gm: fx.GraphModule, graph: OpGraph,
-                  values: Values) -> tuple[Segment, _Candidate] | str:
+                  values: Values) -> tuple[Segment, CandidateRun] | str:
     info = {n.name: n for n in graph.nodes}
-    order = [n for n in gm.graph.nodes if n.name in info and _allowed(info[n.name])]
+    order = [n for n in gm.graph.nodes if n.name in info and may_fuse(info[n.name])]
     if not order:
         return "no elementwise, reduction or normalization op outside library calls; the model writes the whole program"
-    components = _components(order)
-    best: Optional[tuple[tuple[int, int], Segment, _Candidate]] = None
+    components = connected_groups(order)
+    best: Optional[tuple[tuple[int, int], Segment, CandidateRun]] = None
     rejected: list[str] = []
     for comp in components:
         for start in range(len(comp)):
             for end in range(len(comp), start, -1):
-                cand = _Candidate(comp[start:end])
-                seg = _segment(model, gm, cand, info, values)
+                cand = CandidateRun(comp[start:end])
+                seg = segment_of(model, gm, cand, info, values)
                 if isinstance(seg, str):
                     rejected.append(seg)
                     continue
@@ -254,7 +256,7 @@ def _best_segment(model: nn.Module, gm: fx.GraphModule, graph: OpGraph,
     return best[1], best[2]
 
 
-def _components(order: list[fx.Node]) -> list[list[fx.Node]]:
+def connected_groups(order: list[fx.Node]) -> list[list[fx.Node]]:
     """Allowed nodes grouped by data edges between them, each group in execution order."""
     parent = {n.name: n.name for n in order}
 
@@ -274,7 +276,7 @@ def _components(order: list[fx.Node]) -> list[list[fx.Node]]:
     return list(groups.values())
 
 
-def _segment(model: nn.Module, gm: fx.GraphModule, cand: _Candidate, info: dict[str, OpNode],
+def segment_of(model: nn.Module, gm: fx.GraphModule, cand: CandidateRun, info: dict[str, OpNode],
              values: Values, main_origin: Optional[str] = None) -> Segment | str:
     """The run as a segment, or why not. ``main_origin``: the value that must be its main input
     (a GEMM's output, for the epilogue of a `gemm` segment); else the largest tensor it reads.
@@ -338,7 +340,7 @@ def _segment(model: nn.Module, gm: fx.GraphModule, cand: _Candidate, info: dict[
     kind, k, per_row, keepdim = layout
     names = _names([o for o, _, _ in tensors], main_i)
     args = [KernelArg(name=names[i], origin=o, shape=list(v.shape), dtype=FLOAT_DTYPES[v.dtype], main=i == main_i,
-                      pattern=_pattern(v, main), describe=_describe(names[i], o, v, main, i == main_i))
+                      pattern=_pattern(v, main), describe=describe_input(names[i], o, v, main, i == main_i))
             for i, (o, v, _) in enumerate(tensors)]
     args.sort(key=lambda a: not a.main)  # the main input first: every signature the skeletons write
     cols = math.prod(main.shape[main.dim() - k:]) if kind == SegmentKind.ROW else 1
@@ -370,7 +372,7 @@ def _same(a: Any, b: torch.Tensor) -> bool:
     return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a.nan_to_num(), b.nan_to_num())
 
 
-def _subgraph(gm: fx.GraphModule, cand: _Candidate, out_node: fx.Node, inputs: list[fx.Node],
+def _subgraph(gm: fx.GraphModule, cand: CandidateRun, out_node: fx.Node, inputs: list[fx.Node],
               values: dict[str, Any]) -> fx.GraphModule:
     """The run alone: placeholders for the tensors it reads, other outside values baked in."""
     g = fx.Graph()
@@ -465,7 +467,7 @@ def _names(origins: list[str], main_i: int) -> list[str]:
     return names
 
 
-def _describe(name: str, origin: str, v: torch.Tensor, main: torch.Tensor, is_main: bool) -> str:
+def describe_input(name: str, origin: str, v: torch.Tensor, main: torch.Tensor, is_main: bool) -> str:
     """How the region sees one input, in words (the variable name is printed by the template)."""
     shape = list(v.shape)
     where = "" if origin == name else f" (`{origin}` in Model.forward)"
@@ -478,7 +480,7 @@ def _describe(name: str, origin: str, v: torch.Tensor, main: torch.Tensor, is_ma
 
 # ---- the reference's lines for the segment -------------------------------------------------------
 
-def _torch_lines(gm: fx.GraphModule, cand: _Candidate, out_node: fx.Node,
+def _torch_lines(gm: fx.GraphModule, cand: CandidateRun, out_node: fx.Node,
                  tensors: list[tuple[str, Any, Optional[fx.Node]]], names: list[str],
                  values: dict[str, Any]) -> tuple[list[str], list[str]]:
     g = fx.Graph()
@@ -515,7 +517,7 @@ def _torch_lines(gm: fx.GraphModule, cand: _Candidate, out_node: fx.Node,
 
 # ---- ModelNew ------------------------------------------------------------------------------------
 
-def _rewrite(gm: fx.GraphModule, model: nn.Module, seg: Segment, cand: _Candidate, source: str,
+def rewrite_model(gm: fx.GraphModule, model: nn.Module, seg: Segment, cand: CandidateRun, source: str,
              module_name: str, call: Optional[list[str]] = None) -> tuple[str, str]:
     """(prelude, ModelNew) with ``cand`` replaced by `kw_fused(...)` on the values ``call`` names
     (fx node names or parameter paths); by default the segment's args, the main input first."""
@@ -525,7 +527,7 @@ def _rewrite(gm: fx.GraphModule, model: nn.Module, seg: Segment, cand: _Candidat
     out_node = cand.outs[0]
     ordered: list[fx.Node] = []
     cursor = last
-    # seg.args has the main input first (sorted in _segment): the call's order
+    # seg.args has the main input first (sorted in segment_of): the call's order
     for origin in call if call is not None else [a.origin for a in seg.args]:
         if origin in by_name and by_name[origin].name not in cand.names:
             ordered.append(by_name[origin])
@@ -573,7 +575,7 @@ def _resolve_globals(src: str, globals_: dict[str, Any], module_name: str) -> st
         elif isinstance(getattr(value, "__module__", None), str) and "." not in getattr(value, "__qualname__", "."):
             header.append(f"from {value.__module__} import {value.__qualname__} as {name}")
         else:
-            raise _Unsupported(f"the forward uses {name} ({type(value).__name__})")
+            raise RewriteError(f"the forward uses {name} ({type(value).__name__})")
     # fx frees dead values with `;  a = b = None`: noise in code a person reads
     body = [re.sub(r";\s+[\w\s=]+= None$", "", ln) for ln in src.strip("\n").splitlines()]
     body = [ln for ln in body if not re.fullmatch(r"\s+[\w\s=]+= None", ln)]
@@ -616,7 +618,7 @@ def _model_new(source: str, forward: str) -> str:
     tree = ast.parse(source)
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
     if cls is None:
-        raise _Unsupported("no class Model in the source")
+        raise RewriteError("no class Model in the source")
     fwd = ast.parse(forward).body[0]
     body = [s for s in cls.body if not (isinstance(s, ast.FunctionDef) and s.name == "forward")]
     new = ast.ClassDef(name="ModelNew", bases=cls.bases, keywords=cls.keywords, body=body + [fwd],

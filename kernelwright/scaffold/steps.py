@@ -563,7 +563,7 @@ def _strided(region: str, op: str) -> Optional[str]:
     op's identity, one loop with no other loop or jump in it, after it at most `y = <one of
     those>;`. None otherwise (the answer then runs on thread 0). A strided answer is only a
     candidate: the composed region is pre-checked (the host shim runs a block's threads), and
-    composed on one thread where it fails (search_steps._checked)."""
+    composed on one thread where it fails (strategies/search/steps.py, _checked)."""
     if op not in _COMBINERS:
         return None
     ident = _COMBINERS[op].identity

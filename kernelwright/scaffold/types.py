@@ -3,7 +3,7 @@
 A ``Segment`` is derived in a child process from the traced reference (``plan.py``): the run of
 elementwise / reduction / normalization ops the kernel replaces, its tensors and their
 broadcasting, and the reference's own lines for it. A ``Scaffold`` is a complete candidate
-program in one target language with one marked region (``skeleton.py``); ``assemble`` splices a
+program in one target language with one marked region (``writers/``); ``assemble`` splices a
 model's answer into it. Plain data, so both cross process boundaries as JSON and replays of
 recorded runs see byte-identical prompts.
 """

@@ -3,7 +3,10 @@
 generate (Backend) -> extract code -> grounding lint + repairs -> evaluate (sandbox) -> Attempt
 
 Regimes are small compositions of `ctx.ask(...)` (a role's text answer) and
-`ctx.candidates(...)` (n programs, each extracted, grounded, evaluated and logged).
+`ctx.candidates(...)` (n programs, each extracted, grounded, evaluated and logged). A regime that
+runs the pipeline's steps in its own order (search: draw, check, build only some) uses them one by
+one: `request` and `draw` (model calls, their usage counted), `prepare` (code and grounding of one
+answer), `evaluate` / `evaluate_many` (the executor), `record` (the Attempt, logged).
 """
 
 from __future__ import annotations
@@ -65,6 +68,10 @@ class RunContext:
             self._analysis = got if isinstance(got, PromptFacts) else PromptFacts.from_analysis(got)
         return self._analysis
 
+    def use_scaffold(self, sc: Optional["Scaffold"]) -> None:
+        """Put `sc` in place of the task's own scaffold (a benchmark comparing what the model is shown)."""
+        self._scaffold = sc if sc is not None else False
+
     def scaffold(self) -> Optional["Scaffold"]:
         """The task's scaffold in this target when the config asks for one and the task has a
         fusible region; None otherwise (the regime then asks for whole programs). Why there is
@@ -110,17 +117,19 @@ class RunContext:
 
     # -- model calls ---------------------------------------------------------------------------
 
-    def _request(self, messages: tuple[ChatMessage, ...], n: int, temperature: float, max_tokens: int,
-                 seed: int) -> GenerationRequest:
+    def request(self, messages: tuple[ChatMessage, ...], n: int, temperature: float, max_tokens: int,
+                seed: int, grammar: Optional[str] = None) -> GenerationRequest:
+        """n samples of one conversation under the config's sampling settings (`grammar`: the
+        language the answers are held to, where the backend can apply one)."""
         c = self.config
         return GenerationRequest(messages=messages, n=n, temperature=temperature, top_p=c.top_p, top_k=c.top_k,
-                                 repeat_penalty=c.repeat_penalty, max_tokens=max_tokens, seed=seed)
+                                 repeat_penalty=c.repeat_penalty, max_tokens=max_tokens, seed=seed, grammar=grammar)
 
-    def _generate(self, request: GenerationRequest) -> list[Completion]:
-        [completions] = self._generate_all([request])
+    def draw(self, request: GenerationRequest) -> list[Completion]:
+        [completions] = self.draw_many([request])
         return completions
 
-    def _generate_all(self, requests: list[GenerationRequest]) -> list[list[Completion]]:
+    def draw_many(self, requests: list[GenerationRequest]) -> list[list[Completion]]:
         """Several requests in one backend call (a batching backend runs them together)."""
         started = time.monotonic()
         results = self.backend.generate(requests)
@@ -133,9 +142,9 @@ class RunContext:
     def ask(self, role: str, user: str, turn: int, temperature: float = 0.0) -> str:
         """One text answer from a non-generating role (analyzer, researcher, feedback analyzer)."""
         self.progress(Asking(role=role, turn=turn))
-        request = self._request(self.messages(user), 1, temperature, self.config.role_max_tokens,
-                                self.config.seed + 1000 * turn + 7)
-        text = self._generate(request)[0].text
+        request = self.request(self.messages(user), 1, temperature, self.config.role_max_tokens,
+                               self.config.seed + 1000 * turn + 7)
+        text = self.draw(request)[0].text
         self.notes.setdefault("roles", []).append({"role": role, "turn": turn, "prompt": user, "answer": text})
         return text
 
@@ -144,19 +153,17 @@ class RunContext:
         """n programs for one prompt: generated in one batched request, then each extracted,
         grounded and evaluated; every one is logged, whatever happens to it."""
         messages = self.messages(user)
-        request = self._request(messages, n, temperature, self.config.max_tokens, self.config.seed + 1000 * turn)
+        request = self.request(messages, n, temperature, self.config.max_tokens, self.config.seed + 1000 * turn)
         self.progress(Generating(turn=turn, n=n))
         started = time.monotonic()
-        completions = self._generate(request)
+        completions = self.draw(request)
         gen_s = (time.monotonic() - started) / max(1, len(completions))
-        prepared = [self._prepare(c) for c in completions]
-        # Evaluate the repaired program where grounding changed something, else the extracted one.
-        results = self._evaluate_all([g.code if g is not None else code for code, g, _ in prepared], turn)
+        prepared = [self.prepare(c) for c in completions]
+        results = self.evaluate_many([p.judged for p in prepared], turn)
         out = []
-        for i, (comp, (code, grounding, extra), result) in enumerate(zip(completions, prepared, results)):
-            attempt = self._attempt(messages, comp, code, grounding, result, turn, i, gen_s, {**(notes or {}), **extra})
-            self.attempts.append(attempt)
-            self.sink(attempt)
+        for i, (comp, p, result) in enumerate(zip(completions, prepared, results)):
+            attempt = self.record(messages, comp, p.code, p.grounding, result, turn, i, gen_s,
+                                  {**(notes or {}), **p.notes})
             self.progress(Judged(turn=turn, sample=i, n=n, verdict=result.verdict.value, speedup=result.speedup,
                                  custom=result.custom_kernel))
             out.append(attempt)
@@ -164,9 +171,10 @@ class RunContext:
 
     # -- the pipeline ----------------------------------------------------------------------------
 
-    def _prepare(self, comp: Completion) -> tuple[Optional[str], Any, dict[str, Any]]:
-        """(program, grounding report, notes): the answer's code block, or under a scaffold the
-        answer spliced into the scaffold's region (the model's text stays in raw_response)."""
+    def prepare(self, comp: Completion) -> "Prepared":
+        """One answer's program and grounding report: the answer's code block, or under a
+        scaffold the answer spliced into the scaffold's region (the model's text stays in
+        raw_response)."""
         sc = self.scaffold()
         extra: dict[str, Any] = {}
         if sc is not None:
@@ -174,30 +182,45 @@ class RunContext:
 
             assembly = assemble(sc, comp.text)
             code: Optional[str] = assembly.code
-            extra["scaffold"] = {"region": assembly.region, "repairs": assembly.repairs, "empty": assembly.empty,
-                                 "kind": sc.segment.kind.value, "reason": sc.reason}
+            extra["scaffold"] = assembly_note(sc, assembly)
         else:
             code = extract_code(comp.text)
             if self.config.scaffold:  # asked for, but this task has none: say so on every attempt
                 extra["scaffold"] = {"available": False, "reason": self.notes.get("scaffold", {}).get("reason", "")}
         if code is None or self.config.has("no_grounding"):
-            return code, None, extra
+            return Prepared(code, None, extra)
         from kernelwright.grounding.ground import ground
 
-        return code, ground(code, self.target), extra
+        return Prepared(code, ground(code, self.target), extra)
 
-    def _evaluate_all(self, codes: list[Optional[str]], turn: int) -> list[EvalResult]:
+    def evaluate(self, code: str, run: Optional[EvalRun] = None) -> EvalResult:
+        """One program judged by the run's executor, as `run` asks (default: the run's own)."""
+        return self.executor.evaluate(self.task, code, run if run is not None else self.eval_run)
+
+    def evaluate_many(self, codes: list[Optional[str]], turn: int) -> list[EvalResult]:
+        """Programs judged side by side (config.eval_workers at once); None, an answer without
+        code, is no_code without an evaluation."""
         def one(job: tuple[int, Optional[str]]) -> EvalResult:
             i, code = job
             self.progress(Evaluating(turn=turn, sample=i, n=len(codes)))
             if code is None:
                 return EvalResult(verdict=Verdict.NO_CODE, error="no Python code in the answer", task_id=self.task.id,
                                   stages=[Stage(name="extract", seconds=0.0, ok=False)])
-            return self.executor.evaluate(self.task, code, self.eval_run)
+            return self.evaluate(code)
 
         workers = max(1, min(self.config.eval_workers, len(codes)))
         with ThreadPoolExecutor(max_workers=workers) as pool:
             return list(pool.map(one, enumerate(codes)))
+
+    def record(self, messages: tuple[ChatMessage, ...], comp: Completion, code: Optional[str], grounding: Any,
+               result: EvalResult, turn: int, sample: int, gen_s: float,
+               notes: Optional[dict[str, Any]]) -> Attempt:
+        """The Attempt of one answer (`comp`, asked with `messages`) and its verdict, kept in the
+        run's attempts and passed to the sink."""
+        attempt = self._attempt(messages, comp, code, grounding, result, turn, sample, gen_s, notes)
+        self.attempts.append(attempt)
+        self.sink(attempt)
+        return attempt
 
     def _attempt(self, messages: tuple[ChatMessage, ...], comp: Completion, code: Optional[str], grounding: Any,
                  result: EvalResult, turn: int, sample: int, gen_s: float,
@@ -226,3 +249,24 @@ class RunContext:
             wall_s=round(gen_s + sum(s.seconds for s in result.stages), 3),
             notes=dict(notes or {}),
         )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One answer made ready to judge: its program (None: no code in it), the grounding report
+    (None: not grounded), and its notes for the Attempt (the scaffold's, where there is one)."""
+
+    code: Optional[str]
+    grounding: Any
+    notes: dict[str, Any]
+
+    @property
+    def judged(self) -> Optional[str]:
+        """What is evaluated: the repaired program where grounding ran, else the extracted one."""
+        return self.grounding.code if self.grounding is not None else self.code
+
+
+def assembly_note(sc: "Scaffold", assembly: Any) -> dict[str, Any]:
+    """notes["scaffold"] of an answer spliced into `sc`: the region used and what was repaired."""
+    return {"region": assembly.region, "repairs": assembly.repairs, "empty": assembly.empty,
+            "kind": sc.segment.kind.value, "reason": sc.reason}

@@ -17,7 +17,7 @@ from kernelwright.errors import BadInput
 
 REGIME_NAMES = ("zero_shot", "guided", "iterative", "agentic", "routed", "search")
 ABLATIONS = ("no_analyzer", "no_retrieval", "no_feedback_analyzer", "single_turn", "ambition", "no_grounding",
-             # search's parts, each switched off on its own, and its grammar switched on (strategies/search.py)
+             # search's parts, each switched off on its own, and its grammar switched on (strategies/search/)
              "no_precheck", "no_repair", "no_shared_build", "no_tune", "grammar", "no_steps",
              "no_parts")
 

@@ -4,7 +4,7 @@ mismatch statistics, timing, and what grounding repaired or could not repair."""
 from __future__ import annotations
 
 from kernelwright import prompts
-from kernelwright.records import Attempt, Verdict
+from kernelwright.records import Attempt, Verdict, measured
 
 MEANINGS = {
     Verdict.CORRECT: "custom code ran and the outputs match",
@@ -30,7 +30,8 @@ def report(a: Attempt) -> str:
     mismatch = r.mismatch.summary() if r.mismatch is not None else None
     timing = None
     if r.runtime_ms is not None and r.ref_runtime_ms is not None and r.speedup is not None:
-        timing = (f"{r.runtime_ms:.4g} ms vs reference {r.ref_runtime_ms:.4g} ms, speedup {r.speedup:.3g}x "
+        timing = (f"{measured(r.runtime_ms, 4)} ms vs reference {measured(r.ref_runtime_ms, 4)} ms, "
+                  f"speedup {measured(r.speedup)}x "
                   f"({'faster beyond noise' if r.faster else 'not faster beyond noise'})")
     return prompts.render(
         "feedback_report",

@@ -205,91 +205,117 @@ def _failure_cell(job: CellJob, run: str, kind: FailureKind, error: str, attempt
     )  # fmt: skip
 
 
+@dataclass
+class _Cells:
+    """What the cells of one run_jobs share: where they are logged, the devices, the executor, the
+    counts (under one lock: cells end on several threads) and the stop each cell asks first."""
+    folder: Path
+    slots: DeviceSlots
+    executor: Executor
+    on_event: EventFn
+    summary: RunSummary
+    stop: threading.Event = field(default_factory=threading.Event)
+    count_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def one(self, job: CellJob) -> None:
+        """One cell: its outcome logged and counted, or left pending where the outcome would not be
+        the cell's own (the run stopped, no device, the model server or the GPU gone)."""
+        if self.stop.is_set():
+            self._not_run()
+            return
+        run = uuid.uuid4().hex[:12]
+        attempts: list[Attempt] = []
+        self.on_event(CellStarted(key=job.key, regime=job.regime, task=job.task_id))
+        if job.work is None:
+            kind, error = job.failure or ("task_load", "unknown")
+            cell = _failure_cell(job, run, kind, error, [], None)
+        else:
+            worked = self._work(job, run, attempts)
+            if worked is None:
+                return
+            cell = worked
+        append_record(self.folder / CELLS, cell)
+        with self.count_lock:
+            self.summary.done += 1
+            self.summary.failed += cell.status == "failed"
+            self.summary.verdicts[cell.verdict.value if cell.status == "ok" else "cell_failed"] += 1
+        self.on_event(CellDone(key=job.key, cell=cell))
+
+    def _work(self, job: CellJob, run: str, attempts: list[Attempt]) -> StudyCell | None:
+        """The cell's work on a device of its own; None where the cell stays pending."""
+        assert job.work is not None
+        device = self.slots.take()
+        if device is None:
+            self._not_run(stopped="no device left (every listed GPU stopped answering)")
+            return None
+        try:
+            with self.slots.holding(device):
+                core = job.work(device, self._sink(job, run, attempts), self.executor)
+            if core.key != job.key:
+                raise RuntimeError(f"cell key mismatch: planned {job.key}, got {core.key}")
+            return StudyCell(**core.model_dump(), run=run, seed=job.seed, level=job.level, task_name=job.task_name,
+                             task_hash=job.task_hash, model=job.model, device=device, imported=job.imported,
+                             inputs_hash=job.inputs_hash)
+        except ServerUnreachable as e:
+            # the model server is gone: not this cell's outcome; the cells stay pending and
+            # the run stops (a rerun resumes them once the server answers)
+            self._not_run(stopped=f"the model server cannot be reached ({e})", by_model=True)
+            self.on_event(CellSkipped(key=job.key, why=str(e)))
+            return None
+        except GPUUnavailableError as e:
+            self.slots.mark_lost(device)
+            if e.result is None:
+                # the GPU was already gone before this cell's candidate ran: not this cell's
+                # outcome, so it stays pending for the next run instead of being scored
+                self._not_run()
+                self.on_event(CellSkipped(key=job.key, why=str(e)))
+                return None
+            return _failure_cell(job, run, "worker", f"{type(e).__name__}: {e}", attempts, device)
+        except Exception as e:  # noqa: BLE001 - any failure of one cell is that cell's recorded outcome
+            log.warning("cell %s failed: %s: %s", job.key, type(e).__name__, e)
+            return _failure_cell(job, run, "worker", f"{type(e).__name__}: {e}", attempts, device)
+        finally:
+            self.slots.give(device)
+
+    def _sink(self, job: CellJob, run: str, attempts: list[Attempt]) -> Callable[[Attempt], None]:
+        """Where the cell's work hands each attempt as it finishes: logged at once, so an attempt
+        outlives a cell that fails later."""
+        def sink(a: Attempt) -> None:
+            append_record(self.folder / ATTEMPTS, StudyAttempt.logged(
+                a, run=run, cell_key=job.key, seed=job.seed, config_hash=job.config_hash, level=job.level))
+            attempts.append(a)
+            with self.count_lock:
+                self.summary.attempts += 1
+            self.on_event(AttemptDone(key=job.key, verdict=a.eval.verdict.value))
+
+        return sink
+
+    def _not_run(self, stopped: str | None = None, by_model: bool = False) -> None:
+        """A cell left pending; `stopped`: why the whole run stops with it (no later cell starts)."""
+        if stopped is not None:
+            self.stop.set()
+        with self.count_lock:
+            self.summary.not_run += 1
+            if stopped is not None:
+                self.summary.stopped = stopped
+            if by_model:
+                self.summary.stopped_by_model = True
+
+
 def run_jobs(jobs: Sequence[CellJob], folder: Path, slots: DeviceSlots, concurrency: int, executor: Executor,
              on_event: EventFn = lambda e: None, summary: RunSummary | None = None) -> RunSummary:
     """Run cells and log them, evaluating through `executor`; returns counts. Appends only (see
     log.py for the read rules)."""
     summary = summary or RunSummary(planned=len(jobs), skipped=0)
-    stop = threading.Event()
-    count_lock = threading.Lock()
-
-    def one(job: CellJob) -> None:
-        if stop.is_set():
-            with count_lock:
-                summary.not_run += 1
-            return
-        run = uuid.uuid4().hex[:12]
-        device: str | None = None
-        attempts: list[Attempt] = []
-        on_event(CellStarted(key=job.key, regime=job.regime, task=job.task_id))
-
-        def sink(a: Attempt) -> None:
-            append_record(folder / ATTEMPTS, StudyAttempt.logged(
-                a, run=run, cell_key=job.key, seed=job.seed, config_hash=job.config_hash, level=job.level))
-            attempts.append(a)
-            with count_lock:
-                summary.attempts += 1
-            on_event(AttemptDone(key=job.key, verdict=a.eval.verdict.value))
-
-        if job.work is None:
-            kind, error = job.failure or ("task_load", "unknown")
-            cell = _failure_cell(job, run, kind, error, [], None)
-        else:
-            device = slots.take()
-            if device is None:
-                stop.set()
-                with count_lock:
-                    summary.not_run += 1
-                    summary.stopped = "no device left (every listed GPU stopped answering)"
-                return
-            try:
-                with slots.holding(device):
-                    core = job.work(device, sink, executor)
-                if core.key != job.key:
-                    raise RuntimeError(f"cell key mismatch: planned {job.key}, got {core.key}")
-                cell = StudyCell(**core.model_dump(), run=run, seed=job.seed, level=job.level, task_name=job.task_name,
-                                 task_hash=job.task_hash, model=job.model, device=device, imported=job.imported,
-                                 inputs_hash=job.inputs_hash)
-            except ServerUnreachable as e:
-                # the model server is gone: not this cell's outcome; the cells stay pending and
-                # the run stops (a rerun resumes them once the server answers)
-                stop.set()
-                with count_lock:
-                    summary.not_run += 1
-                    summary.stopped = f"the model server cannot be reached ({e})"
-                    summary.stopped_by_model = True
-                on_event(CellSkipped(key=job.key, why=str(e)))
-                return
-            except GPUUnavailableError as e:
-                slots.mark_lost(device)
-                if e.result is None:
-                    # the GPU was already gone before this cell's candidate ran: not this cell's
-                    # outcome, so it stays pending for the next run instead of being scored
-                    with count_lock:
-                        summary.not_run += 1
-                    on_event(CellSkipped(key=job.key, why=str(e)))
-                    return
-                cell = _failure_cell(job, run, "worker", f"{type(e).__name__}: {e}", attempts, device)
-            except Exception as e:  # noqa: BLE001 - any failure of one cell is that cell's recorded outcome
-                log.warning("cell %s failed: %s: %s", job.key, type(e).__name__, e)
-                cell = _failure_cell(job, run, "worker", f"{type(e).__name__}: {e}", attempts, device)
-            finally:
-                slots.give(device)
-        append_record(folder / CELLS, cell)
-        with count_lock:
-            summary.done += 1
-            summary.failed += cell.status == "failed"
-            summary.verdicts[cell.verdict.value if cell.status == "ok" else "cell_failed"] += 1
-        on_event(CellDone(key=job.key, cell=cell))
-
+    cells = _Cells(folder, slots, executor, on_event, summary)
     folder.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="kw-cell") as pool:
-        futures = [pool.submit(one, job) for job in jobs]
+        futures = [pool.submit(cells.one, job) for job in jobs]
         try:
             for fut in as_completed(futures):
                 fut.result()  # an error here is the log itself failing (disk full): stop loudly
         except BaseException:
-            stop.set()
+            cells.stop.set()
             pool.shutdown(wait=False, cancel_futures=True)
             raise
     return summary

@@ -40,6 +40,7 @@ from kernelwright.device import device_key, device_kind
 from kernelwright.errors import BadInput, EvaluatorError
 from kernelwright.evaluate.config import EvalConfig
 from kernelwright.executors.base import EXECUTORS
+from kernelwright.strategies import defaults
 from kernelwright.strategies.config import RegimeConfig, RegimeError, parse_regime
 
 if sys.version_info >= (3, 11):
@@ -55,15 +56,18 @@ class StudySpecError(BadInput, ValueError):
 class StudySpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    out: Path
+    # the study folder; None only for a `run` without --out (one_cell: a cell that records nothing)
+    out: Path | None = None
     model: str | None = None  # a model spec (docs/backends.md); None: the default embedded model
-    regimes: list[str] = Field(default_factory=lambda: ["zero_shot"])
+    # the default regime, scaffold and target: strategies/defaults.py, the rule `run` and `optimize` follow
+    regimes: list[str] = Field(default_factory=lambda: [defaults.DEFAULT_REGIME])
     tasks: list[str] = Field(default_factory=lambda: ["builtin"])  # task specs, concatenated in order
     n: int | None = None  # samples per generation step, unless a regime spec says n=
     turns: int | None = None
     seeds: list[int] = Field(default_factory=lambda: [0])
     devices: list[str] = Field(default_factory=lambda: ["cpu"])
     target: str | None = None  # cuda | triton | cpp; default: cpp on the CPU, cuda on GPUs
+    scaffold: bool | None = None  # None: on for the embedded models; a regime's +scaffold/+no_scaffold wins
     max_tokens: int = 1024
     # A clock per cell, in minutes from the cell's start: no model request is made after it (the
     # regime ends where it stands, with the attempts it made and the pick among them; launch
@@ -102,7 +106,8 @@ class StudySpec(BaseModel):
         """A `search` study times torch.compile(reference) unless told not to (`compile_baseline =
         false`, `--no-compile-baseline`): what its kernels are for is to beat what a user already has.
         (A single-shot regime's study keeps the evaluator's default: off.)"""
-        if not isinstance(data, dict) or not any(str(r).split("+")[0] == "search" for r in data.get("regimes") or []):
+        regimes = (data.get("regimes") or [defaults.DEFAULT_REGIME]) if isinstance(data, dict) else []
+        if not any(str(r).split("+")[0] == "search" for r in regimes):
             return data
         ev = data.get("eval")
         if ev is None:
@@ -177,7 +182,7 @@ class StudySpec(BaseModel):
 
     @property
     def resolved_target(self) -> str:
-        return self.target or ("cpp" if self.device_kind == "cpu" else "cuda")
+        return self.target or defaults.default_target(self.devices[0])
 
     @property
     def facts_dir(self) -> Path:
@@ -188,17 +193,15 @@ class StudySpec(BaseModel):
         return self.jobs or 2 * len(self.devices)
 
     def regime_config(self, regime: str, seed: int) -> RegimeConfig:
-        from kernelwright.llm.registry import is_embedded
-
-        # scaffolding defaults on for the embedded small models; `+scaffold` / `+no_scaffold` in a
-        # regime spec override it (that is how a study compares the two)
-        defaults: dict[str, Any] = {"target": self.resolved_target, "seed": seed, "max_tokens": self.max_tokens,
-                                    "scaffold": is_embedded(self.model)}
+        # `+scaffold` / `+no_scaffold` in a regime spec override the scaffold default (that is how
+        # a study compares the two)
+        fields: dict[str, Any] = {"target": self.resolved_target, "seed": seed, "max_tokens": self.max_tokens,
+                                  "scaffold": defaults.default_scaffold(self.model, self.scaffold)}
         if self.n is not None:
-            defaults["n"] = self.n
+            fields["n"] = self.n
         if self.turns is not None:
-            defaults["turns"] = self.turns
-        return parse_regime(regime, **defaults)
+            fields["turns"] = self.turns
+        return parse_regime(regime, **fields)
 
     def config_hash(self, config: RegimeConfig, model: str) -> str:
         """Keys a cell: the regime config (seed included), the model, the device kind, the
@@ -242,6 +245,20 @@ def load_spec(path: Path | None, overrides: dict[str, Any] | None = None) -> Stu
             data[key] = value
     if "out" not in data:
         raise StudySpecError("no output folder: give --out or out = \"...\" in the study file")
+    return _validated(data)
+
+
+def one_cell(task: str, regime: str | None, seed: int, device: str, *, out: Path | None = None,
+             **fields: Any) -> StudySpec:
+    """`kernelwright run` as a study of one cell: one task spec, one regime (the default one when
+    None), one seed, one device, checked as a study file is. `fields` are StudySpec's others
+    (model, target, scaffold, n, eval as a dict, ...); None values are "not given"."""
+    data = {"out": out, "tasks": [task], "regimes": [defaults.default_regime(regime)], "seeds": [seed],
+            "devices": [device], **{k: v for k, v in fields.items() if v is not None}}
+    return _validated(data)
+
+
+def _validated(data: dict[str, Any]) -> StudySpec:
     try:
         return StudySpec.model_validate(data)
     except ValidationError as e:

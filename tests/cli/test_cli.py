@@ -86,6 +86,7 @@ def test_doctor_says_what_this_machine_can_do():
     assert (p.returncode == 2) == any(" MISSING " in ln for ln in lines)
 
 
+@pytest.mark.build  # the recorded answer reaches a C++ build
 @pytest.mark.parametrize("executor", ["direct", "local"])
 def test_a_run_folder_is_a_study_folder_that_study_report_reads(tmp_path, executor):
     """`run --out` records as `study run` does (study/cell_log.py): the same three files and record
@@ -113,7 +114,7 @@ def test_a_run_folder_is_a_study_folder_that_study_report_reads(tmp_path, execut
     runs = data.manifests[0].runs
     assert [(r.kind, r.ended, r.done) for r in runs] == [("run", "completed", 1)] * 2
     assert data.manifests[0].study["executor"] == executor
-    assert cell.verdict.value == "runtime_error"  # the recorded answer fails at import, whichever evaluates it
+    assert cell.verdict.value == "compile_error"  # the recorded answer fails to build, whichever evaluates it
 
     report = kw("study", "report", str(out))
     assert report.returncode == 0, report.stderr

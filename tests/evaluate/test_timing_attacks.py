@@ -51,16 +51,21 @@ CHEATS = [
 ]
 
 
+# A spot-checked trial call is asked again on the same inputs (judge.Judge._call), so the trials are
+# 3 calls or more. These fixtures count inputs: one that counted calls would serve its stale or wrong
+# answer in a trial whenever a spot check fell there, a cached result or a wrong output instead of the
+# timed-call cheat. Spot checks on 1 call in 4 (not 1 in 16) put a retry in the trials of about half
+# the runs of each case (1 in 8 at the default rate).
+SPOT_OFTEN = {"KERNELWRIGHT_SPOT_IN_256": "64"}
+
+
 @pytest.mark.build
 @pytest.mark.parametrize("name,verdict,reason,dynamic", CHEATS, ids=[c[0] for c in CHEATS])
 def test_gaming_the_timed_calls_is_a_cheat(bias_relu, fast_cfg, name, verdict, reason, dynamic):
-    if name == "timing_stale_output.py":
-        pytest.xfail("open: seen once in CI after the work proof merged, its dynamic check's words "
-                     "differ from the expected ('output reused across calls'); not yet diagnosed")
-    r = run(bias_relu, name, fast_cfg())
+    r = run(bias_relu, name, fast_cfg(extra_env=SPOT_OFTEN))
     assert r.verdict == verdict, (r.error, r.output_tail)
     if dynamic is not None:
-        r = run(bias_relu, name, fast_cfg(static_checks=False))
+        r = run(bias_relu, name, fast_cfg(static_checks=False, extra_env=SPOT_OFTEN))
         assert r.verdict == dynamic, (r.error, r.output_tail)
     assert reason in r.cheat_reasons, (r.cheat_reasons, r.error)
     assert r.speedup is None and not r.correct

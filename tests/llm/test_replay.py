@@ -141,3 +141,32 @@ def test_a_feedback_prompt_with_other_measurements_gets_the_recorded_answer(tmp_
             backend.generate([GenerationRequest.chat(other.format("20.9", "0.883"), n=1, seed=3)])
     with pytest.raises(BackendError, match="no recording"):
         backend.generate([recorded.model_copy(update={"seed": 4})])
+
+
+
+def test_a_feedback_report_of_another_draw_has_the_recorded_loose_key(tmp_path: Path) -> None:
+    """Two draws of one candidate differ only in what the judge measured, also where a measurement
+    rounds to a whole number (max abs diff 124.2, 1235 ms) or counts elements (NaN/Inf): their
+    feedback reports get one loose key."""
+    from kernelwright.llm.replay import loose_key
+    from kernelwright.records import Attempt, EvalResult, Mismatch, Verdict, measured
+    from kernelwright.strategies.feedback import report
+
+    def prompt(max_diff: float, nonfinite: int, ms: float) -> GenerationRequest:
+        m = Mismatch(trial=0, max_abs_diff=max_diff, mean_abs_diff=max_diff / 1e4, mismatch_fraction=nonfinite / 50,
+                     relative_error=max_diff / 4, nonfinite_in_candidate=nonfinite, elements=64000)
+        r = EvalResult(verdict=Verdict.WRONG_OUTPUT, mismatch=m, error=f"output 0 differs; {m.summary()}",
+                       runtime_ms=ms, ref_runtime_ms=2 * ms, speedup=2.0, faster=True)
+        a = Attempt(id="a", task_id="t", regime="iterative", turn=0, sample=0, prompt_hash="h", messages=[],
+                    raw_response="", eval=r)
+        return GenerationRequest.chat(report(a), n=1, seed=3)
+
+    first, second = prompt(20.9, 3, 1.234), prompt(124.2, 7, 1235.0)
+    said = second.messages[-1].content
+    assert "max abs diff 124.0" in said and "1235.0 ms" in said and "NaN/Inf where the reference is finite in" in said
+    assert request_key(first, "m") != request_key(second, "m")
+    assert loose_key(first, "m") == loose_key(second, "m")
+    assert [measured(x) for x in (124.2, 0.5, 1e-5, 2e6, 3.0)] == ["124.0", "0.5", "1e-05", "2e+06", "3.0"]
+    path = tmp_path / "rec.jsonl"
+    write(path, ("m", first, [completion("fixed")]))
+    assert make_backend(f"replay:{path}").generate([second]) == [[completion("fixed")]]

@@ -127,8 +127,8 @@ def test_retrieval_library_missing_is_one_line_before_anything(tmp_path, empty_m
     (hide / "sitecustomize.py").write_text("import sys\nsys.modules['Stemmer'] = None\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide), *filter(None, [os.environ.get("PYTHONPATH")])])}
     p = subprocess.run([sys.executable, "-m", "kernelwright.cli.main", "optimize", str(f), "--model", empty_model,
-                        "--device", "cpu", "--out", str(tmp_path / "out")], capture_output=True, text=True,
-                       timeout=300, env=env)
+                        "--device", "cpu", "--out", str(tmp_path / "out"), "--regime", "routed"], capture_output=True,
+                       text=True, timeout=300, env=env)
     line = _one_error_line(p)
     assert "PyStemmer" in line and "no_retrieval" in line, line
     assert "checked: it imports" not in p.stderr  # not even the input checks ran

@@ -32,7 +32,7 @@ TRANSCRIPT, FACTS = RECORDED / "mlp_block.jsonl", RECORDED / "mlp_block.facts.js
 # with --scaffold (the embedded model's default; a record:/replay: spec needs it said) and without:
 # the scaffolded answer is a correct custom kernel (0.81x eager), the whole-program one correct PyTorch
 # without custom code: both are kept, through the two kinds of "correct" the ranking tells apart.
-RECORDED_ARGS = ["--rounds", "1", "--iters", "20", "--max-tokens", "768", "--device", "cpu"]
+RECORDED_ARGS = ["--rounds", "1", "--iters", "20", "--max-tokens", "768", "--device", "cpu", "--regime", "routed"]
 
 pytestmark = [pytest.mark.build, pytest.mark.skipif(not TRANSCRIPT.is_file(), reason="no recorded optimize transcript")]
 

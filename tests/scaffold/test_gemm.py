@@ -18,7 +18,7 @@ from kernelwright.child import load_task_module
 from kernelwright.records import Verdict
 from kernelwright.scaffold import SegmentKind, default_launch, launch_variants, plan_tasks, precheck, with_launch, write
 from kernelwright.scaffold.gemm_plan import GEMM_HEADER
-from kernelwright.scaffold.gemm_skeleton import FP32_PRODUCTS, write_triton_gemm
+from kernelwright.scaffold.writers.triton_gemm import FP32_PRODUCTS, write_triton_gemm
 from kernelwright.scaffold.oracle import region
 from kernelwright.tasks import load_task
 from tests.conftest import TASKS
@@ -165,12 +165,12 @@ def test_one_tf32_pass_fails_the_evaluators_check_and_3xtf32_passes(tasks) -> No
 def test_kw_split_is_exact_in_head_and_tail(monkeypatch) -> None:
     """The program's split under the interpreter: both parts TF32 (13 low bits zero), their sum x to
     2^-21 of it, read through strides (a transposed weight) and batched."""
-    from kernelwright.scaffold import gemm_skeleton
+    from kernelwright.scaffold.writers import triton_gemm
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
     names: dict = {}
-    exec("import torch\nimport triton\nimport triton.language as tl\n" + gemm_skeleton.SPLIT_HELPERS, names)
+    exec("import torch\nimport triton\nimport triton.language as tl\n" + triton_gemm.SPLIT_HELPERS, names)
     torch.manual_seed(0)
     x = torch.randn(3, 70, 50).transpose(1, 2) * torch.logspace(-20, 20, 70)  # strided, wide exponents
     head, tail = names["kw_split"](x)

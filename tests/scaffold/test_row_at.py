@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from kernelwright.scaffold.skeleton import BCAST_HELPER, TRITON_ROW_AT, TRITON_ROW_MODE
+from kernelwright.scaffold.writers.base import BCAST_HELPER
+from kernelwright.scaffold.writers.triton import TRITON_ROW_AT, TRITON_ROW_MODE
 
 
 def _helpers() -> dict:
@@ -138,7 +139,7 @@ def test_cudas_positions_found_once_are_the_per_value_positions(tmp_path) -> Non
     pre-check's device shim (the code nvcc builds, on the host)."""
     from kernelwright.scaffold.precheck.native import COMPILER, FLAGS
     from kernelwright.scaffold.precheck.native_shim import COMMON, CUDA_SHIM
-    from kernelwright.scaffold.skeleton import CUDA_IO
+    from kernelwright.scaffold.writers.cuda import CUDA_IO
 
     src = tmp_path / "check.cpp"
     src.write_text(COMMON + CUDA_SHIM + CUDA_IO + CUDA_CHECK)
@@ -191,7 +192,7 @@ def test_cudas_staged_rows_are_the_rows_in_their_own_type(tmp_path) -> None:
     several lengths, aligned and not, staged by 32 threads of the pre-check's device shim."""
     from kernelwright.scaffold.precheck.native import COMPILER, FLAGS
     from kernelwright.scaffold.precheck.native_shim import COMMON, CUDA_SHIM
-    from kernelwright.scaffold.skeleton import CUDA_IO
+    from kernelwright.scaffold.writers.cuda import CUDA_IO
 
     src = tmp_path / "stage.cpp"
     src.write_text(COMMON + CUDA_SHIM + CUDA_IO + STAGE_CHECK)

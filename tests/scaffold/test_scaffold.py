@@ -152,7 +152,8 @@ def test_the_cpp_elementwise_loop_reads_broadcast_inputs_right_in_its_blocks(pla
     element): compiled here without torch and run on broadcast patterns whose runs do not divide
     the block (a value of 7 elements, a row of 6000, a scalar-like input, runs of 1), against the
     flat formula values[(i / inner) % span]; and its element loop has no division."""
-    from kernelwright.scaffold.skeleton import PLACEHOLDER, cpp_kernel
+    from kernelwright.scaffold.writers.base import PLACEHOLDER
+    from kernelwright.scaffold.writers.cpp import cpp_kernel
 
     seg = plans["builtin/L2/06_channel_affine_hardswish_residual"].segment
     args = [a for a in seg.args if a.pattern == "broadcast"]
@@ -189,7 +190,8 @@ def test_the_cpp_row_kernel_reads_broadcast_inputs_right_with_its_steps(task_id,
     flat formula values[((row * cols + j) / inner) % span]; and its accessors have no division.
     Three broadcast inputs (L3/08) step at run time; two (L1/08) get a body for each combination
     of constant steps."""
-    from kernelwright.scaffold.skeleton import CPP_STEP_COMBINATIONS, PLACEHOLDER, cpp_kernel
+    from kernelwright.scaffold.writers.base import PLACEHOLDER
+    from kernelwright.scaffold.writers.cpp import CPP_STEP_COMBINATIONS, cpp_kernel
 
     seg = plans[task_id].segment
     args = [a for a in seg.args if a.pattern == "broadcast"]
@@ -289,7 +291,7 @@ def test_a_min_max_loop_in_lanes_gives_the_loops_result(tmp_path) -> None:
     import subprocess
 
     from kernelwright.scaffold.compiled import simd_min_max
-    from kernelwright.scaffold.skeleton import CPP_MIN_MAX
+    from kernelwright.scaffold.writers.cpp import CPP_MIN_MAX
 
     bodies = []
     cases = [("fmaxf", "-INFINITY", 0), ("fminf", "INFINITY", 0), ("fmaxf", "NAN", 0), ("fmax", "0.0", 0),
@@ -365,7 +367,7 @@ def test_the_cpp_kernels_fminf_and_fmaxf_are_the_c_librarys(tmp_path) -> None:
     may come back either way, as C allows)."""
     import subprocess
 
-    from kernelwright.scaffold.skeleton import CPP_MIN_MAX
+    from kernelwright.scaffold.writers.cpp import CPP_MIN_MAX
 
     values = "{-2.5, -1.0, -0.0, 0.0, 1.0, 3.5, INFINITY, -INFINITY, NAN}"
     src = ["#include <cmath>", "#include <cstdio>", "int main() {", CPP_MIN_MAX,
@@ -396,17 +398,17 @@ def test_the_vector_math_declarations_are_glibcs_and_agree_with_the_scalar_funct
     function to within a few units in the last place (none is NaN on these inputs)."""
     import subprocess
 
-    from kernelwright.scaffold.skeleton import _LIBMVEC, _TWO_ARGS, CPP_VECTOR_MATH
+    from kernelwright.scaffold.writers.cpp import CPP_VECTOR_MATH, LIBMVEC, TWO_ARGS
 
     loops, checks = [], []
-    for k, f in enumerate(_LIBMVEC):
+    for k, f in enumerate(LIBMVEC):
         for t, suffix, tol in (("double", "", "1e-13"), ("float", "f", "1e-5")):
             name = f"{f}{suffix}"
             arg = "1 + a[i]" if f == "acosh" else "a[i]"  # in every function's domain
-            call = f"{name}(a[i], b[i])" if f in _TWO_ARGS else f"{name}({arg})"
+            call = f"{name}(a[i], b[i])" if f in TWO_ARGS else f"{name}({arg})"
             loops.append(f"static void v_{name}(const {t}* a, const {t}* b, {t}* o, int n) {{\n"
                          f"    #pragma omp simd\n    for (int i = 0; i < n; ++i) o[i] = {call};\n}}")
-            scalar = (f"(double){name}(a{t}[i], b{t}[i])" if f in _TWO_ARGS else
+            scalar = (f"(double){name}(a{t}[i], b{t}[i])" if f in TWO_ARGS else
                       f"(double){name}({arg.replace('a[i]', f'a{t}[i]')})")
             checks.append(f"    v_{name}(a{t}, b{t}, o{t}, N);\n    for (int i = 0; i < N; ++i) {{ const double e = {scalar}, "
                           f"g = o{t}[i]; if (!(std::fabs(g - e) <= {tol} * std::fabs(e) + {tol})) {{ printf(\"{name} %g: %g vs %g\\n\", "
@@ -445,7 +447,7 @@ def test_the_cuda_kernels_exp_and_division_are_tritons(plans, tmp_path) -> None:
     from torch.utils.cpp_extension import include_paths
 
     from kernelwright.scaffold.compiled import tritons_exp
-    from kernelwright.scaffold.skeleton import CUDA_FLAGS
+    from kernelwright.scaffold.writers.cuda import CUDA_FLAGS
 
     sc = write(plans["builtin/L1/03_softmax"], "cuda")
     program = sc.program_with(region(sc))

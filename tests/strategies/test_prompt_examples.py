@@ -60,11 +60,7 @@ def test_the_checker_finds_a_name_left_to_the_reader():
     assert undefined_names("from m import f\nS = 's'\ndef g(a):\n    return [f(a, S, b) for b in a]\n") == set()
 
 
-@pytest.mark.parametrize("target", ["cuda", "triton",
-                                    pytest.param("cpp", marks=pytest.mark.xfail(strict=True, reason=(
-                                        "the C++ target still teaches CPP_SOURCE in a one-line call; rewriting it "
-                                        "changes the CPU prompts the replay transcripts were recorded for "
-                                        "(python -m tests.strategies.record)")))])
+@pytest.mark.parametrize("target", ["cuda", "triton", "cpp"])
 def test_whole_program_examples_define_every_name_they_use(target):
     for name, text in _whole_program_prompts(target).items():
         outside = _BLOCK.sub("", text)

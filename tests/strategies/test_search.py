@@ -1,4 +1,4 @@
-"""The search regime's bookkeeping (strategies/search.py): duplicates, the build order, and the
+"""The search regime's bookkeeping (strategies/search/): duplicates, the build order, and the
 verdict every sample gets whether or not it was built. Real pre-check records, no model, no build.
 The regime end to end (replayed model answers, real pre-check, real builds) is in test_regimes.py."""
 
@@ -15,15 +15,14 @@ from kernelwright.records import Verdict
 from kernelwright.scaffold.precheck import Counterexample, PrecheckResult, PrecheckStatus
 from kernelwright.strategies import parse_regime
 from kernelwright.strategies import search as S
+from kernelwright.strategies.search import parts, region
 
 
-def sample(i: int, region: str, check: PrecheckResult | None = None) -> S.Sample:
+def sample(i: int, region: str, check: PrecheckResult | None = None) -> parts.Sample:
     comp = Completion(text=f"```cpp\n{region}\n```", finish_reason="stop", prompt_tokens=10, completion_tokens=5,
                       latency_s=0.1)
-    s = S.Sample(index=i, completion=comp, code=f"program with {region}", grounding=None, extra={}, region=region)
-    s.check = check
-    s.notes["gen_s"] = 0.1
-    return s
+    return parts.Sample(index=i, completion=comp, code=f"program with {region}", grounding=None, extra={},
+                        region=region, check=check, gen_s=0.1)
 
 
 PASS = PrecheckResult(status=PrecheckStatus.PASS, target="cpp", probes=64)
@@ -67,14 +66,14 @@ def test_region_answers_are_sampled_under_the_grammar_with_grammar():
         backend = Scripted()
         ctx = RunContext(task=task, backend=backend, config=parse_regime(spec, target="cpp", scaffold=True),
                          eval_run=EvalRun(device="cpu"), cell_key="k")
-        samples = S._draw(ctx, ctx.messages("the prompt"), 0, 2, 0.7)
+        samples = region.draw(ctx, ctx.messages("the prompt"), 0, 2, 0.7)
         [request] = backend.requests
         assert request.grammar == (region_grammar(ctx.scaffold()) if constrained else None)
-        batch = S._record(ctx, ctx.messages("the prompt"), samples, 0)
+        batch = region._record(ctx, ctx.messages("the prompt"), samples, 0)
         assert [a.notes["search"]["constrained"] for a in batch] == [constrained, constrained]
         # the prompt says how locals are named in the language the answer is held to, and only then
         # (without +grammar the prompt is the plain one, so recorded unconstrained runs still replay)
-        prompt = prompts.render("task", **S.prompt_vars(ctx))
+        prompt = prompts.render("task", **parts.prompt_vars(ctx))
         assert ("`float t0 = ...;`, then t1, t2" in prompt) == constrained
         if not constrained:
             assert prompt == prompts.render("task", **ctx.task_vars())
@@ -109,21 +108,21 @@ def test_a_repair_turn_follows_up_in_the_same_conversation():
 
 
 def test_regions_equal_up_to_whitespace_and_comments_are_one_candidate():
-    assert S.normalise("y = x * 2.0f; // double it\n") == S.normalise("y  =  x * 2.0f;") == "y = x * 2.0f;"
+    assert parts.normalise("y = x * 2.0f; // double it\n") == parts.normalise("y  =  x * 2.0f;") == "y = x * 2.0f;"
     samples = [sample(0, "y = x;"), sample(1, "y = fmaxf(x, 0.f);"), sample(2, "y =  fmaxf(x, 0.f); // relu"),
                sample(3, "y = fmaxf(x,0.f);")]
-    tried: set[str] = {S.normalise("y = x;")}
-    S._dedupe(samples, tried)
+    tried: set[str] = {parts.normalise("y = x;")}
+    parts.dedupe(samples, tried)
     assert [s.twin for s in samples] == [None, None, 1, None]  # spacing inside a call is a different text
-    assert samples[1].votes == 2 and samples[0].notes.get("seen_before")
-    assert S.normalise("y = fmaxf(x,0.f);") in tried
+    assert samples[1].votes == 2 and samples[0].seen_before
+    assert parts.normalise("y = fmaxf(x,0.f);") in tried
 
 
 def test_build_order_skips_refuted_and_ranks_agreement_first():
     samples = [sample(0, "a", WRONG), sample(1, "b", PASS), sample(2, "c", UNSURE), sample(3, "d", BROKEN),
                sample(4, "c", None)]
-    S._dedupe(samples, set())
-    order = S._order(samples)
+    parts.dedupe(samples, set())
+    order = region._order(samples)
     # refuted ones (a counterexample, a compile error) are never built; the region two samples
     # drew comes first; a region the pre-check could not judge is still built
     assert [s.index for s in order] == [2, 1]
@@ -135,16 +134,33 @@ def test_every_sample_gets_a_verdict_built_or_not(monkeypatch):
             id = "t"
 
     samples = [sample(0, "a", WRONG), sample(1, "b", BROKEN), sample(2, "c", PASS), sample(3, "c")]
-    S._dedupe(samples, set())
-    wrong = S._unbuilt_result(Ctx, samples[0], samples)
+    parts.dedupe(samples, set())
+    wrong = region._unbuilt_result(Ctx, samples[0], samples)
     assert wrong.verdict == Verdict.WRONG_OUTPUT and "PyTorch gives 0" in wrong.error
     assert [st.name for st in wrong.stages] == ["precheck"] and not wrong.stages[0].ok
-    broken = S._unbuilt_result(Ctx, samples[1], samples)
+    broken = region._unbuilt_result(Ctx, samples[1], samples)
     # an undeclared variable is a compile error to the evaluator too (taxonomy.py decides both)
     assert broken.verdict == Verdict.COMPILE_ERROR and "'scale' was not declared" in broken.error
-    waiting = S._unbuilt_result(Ctx, samples[2], samples)
+    waiting = region._unbuilt_result(Ctx, samples[2], samples)
     assert waiting.verdict == Verdict.NOT_BUILT and waiting.stages[0].ok
-    assert S._unbuilt_result(Ctx, samples[3], samples) == waiting  # a duplicate carries its twin's
+    assert region._unbuilt_result(Ctx, samples[3], samples) == waiting  # a duplicate carries its twin's
+
+
+def test_a_samples_note_keeps_its_keys_in_order_and_leaves_out_what_it_does_not_say():
+    """notes["search"] is compared across replays as written: the same keys in the same order, and
+    seen_before / shared_build / line only where they say something."""
+    samples = [sample(0, "a", WRONG), sample(1, "a"), sample(2, "b")]
+    tried = {parts.normalise("b")}
+    parts.dedupe(samples, tried)
+    first = parts.sample_note(samples[0], samples).dump()
+    assert list(first) == ["drawn", "votes", "duplicate_of", "built", "constrained", "precheck"]
+    assert first["precheck"] == WRONG.model_dump(mode="json") and first["votes"] == 2
+    twin = parts.sample_note(samples[1], samples).dump()
+    assert twin["duplicate_of"] == 0 and twin["votes"] == 2 and twin["precheck"] is None
+    samples[2].shared_build = 3
+    again = parts.sample_note(samples[2], samples, line=2, lines=3).dump()
+    assert list(again)[6:] == ["seen_before", "shared_build", "line", "lines"]
+    assert (again["seen_before"], again["shared_build"], again["line"], again["lines"]) == (True, 3, 2, 3)
 
 
 # -- end to end on real answers ------------------------------------------------------------------
@@ -352,7 +368,7 @@ def test_a_launch_variant_is_timed_against_its_cells_compile_baseline():
     """The variants take the compile baseline their verified kernel measured (the task's, not
     compiled again): the same fields the judge writes, from the variant's own timing."""
     from kernelwright.records import EvalResult, TimingStats
-    from kernelwright.strategies.search_parts import _with_baseline
+    from kernelwright.strategies.search.tune import with_baseline
 
     def stats(median, p25, p75, protocol=0.01):
         return TimingStats(median_ms=median, p25_ms=p25, p75_ms=p75, mean_ms=median, calls=50, protocol="t",
@@ -361,12 +377,12 @@ def test_a_launch_variant_is_timed_against_its_cells_compile_baseline():
     comp = stats(0.50, 0.48, 0.52)
     verified = EvalResult(verdict=Verdict.CORRECT, compile_timing=comp, compile_runtime_ms=0.5)
     fast = EvalResult(verdict=Verdict.CORRECT, timing=stats(0.30, 0.29, 0.31))
-    got = _with_baseline(fast, verified)
+    got = with_baseline(fast, verified)
     assert got.compile_runtime_ms == 0.5 and got.compile_timing == comp and got.faster_than_compile
     assert got.net_speedup_vs_compile == pytest.approx((0.50 - 0.01) / (0.30 - 0.01))
-    slow = _with_baseline(EvalResult(verdict=Verdict.CORRECT, timing=stats(0.51, 0.40, 0.60)), verified)
+    slow = with_baseline(EvalResult(verdict=Verdict.CORRECT, timing=stats(0.51, 0.40, 0.60)), verified)
     assert slow.faster_than_compile is False  # within the noise
     failed = EvalResult(verdict=Verdict.CORRECT, compile_baseline_error="inductor: no compiler")
-    assert _with_baseline(fast, failed).compile_baseline_error == "inductor: no compiler"
+    assert with_baseline(fast, failed).compile_baseline_error == "inductor: no compiler"
     wrong = EvalResult(verdict=Verdict.WRONG_OUTPUT)
-    assert _with_baseline(wrong, verified).compile_runtime_ms is None  # not timed: nothing to compare
+    assert with_baseline(wrong, verified).compile_runtime_ms is None  # not timed: nothing to compare

@@ -1,4 +1,4 @@
-"""search a line at a time (strategies/search_steps.py): a region of several elementwise lines is
+"""search a line at a time (strategies/search/steps.py): a region of several elementwise lines is
 sampled a line at a time, each line pre-checked alone, the wrong line alone asked again with its
 counterexample, the region composed from the lines that passed and built. A scripted backend
 answers by the line each prompt asks for; the pre-check and the build are real."""
@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 from kernelwright.llm.base import Completion
-from kernelwright.strategies import parse_regime, search_steps
+from kernelwright.strategies import parse_regime
 from kernelwright.strategies import search as S
+from kernelwright.strategies.search import steps
 
 TASK = "builtin/L2/09_conv2d_softplus_scale_bias"  # softplus(x) * 1.75 + channel_bias: three lines
 SOFTPLUS_WRONG = "y = std::exp(x);"
@@ -59,7 +60,7 @@ def test_only_the_wrong_line_is_asked_again_and_the_composed_region_is_verified(
     # turn 0: one request a line; turn 1: only the softplus line, as a follow-up with its counterexample,
     # sampled hotter
     assert [r.temperature for r in backend.requests] == [S.DEFAULT_TEMPERATURE] * 3 + [
-        S.DEFAULT_TEMPERATURE + search_steps.HEAT_STEP]
+        S.DEFAULT_TEMPERATURE + steps.HEAT_STEP]
     shown = [r.messages[1].content for r in backend.requests]
     assert len(shown) == 4 and "softplus" in shown[0] and "y = x * 1.75" in shown[1]
     assert "y = x + channel_bias" in shown[2] and "softplus" in shown[3]
@@ -176,7 +177,7 @@ def test_a_line_that_reads_the_kernels_names_or_only_comments_is_no_pass():
     ctx = RunContext(task=task, backend=backend,
                      config=parse_regime("search+n=1+turns=2+no_tune+no_parts", target="triton", scaffold=True),
                      eval_run=EvalRun.of(device="cpu", trials=2, time=False, timeout=300.0), cell_key="k")
-    assert search_steps.run(ctx, n=1, turns=2, temperature=S.DEFAULT_TEMPERATURE) is False
+    assert steps.search_lines(ctx, n=1, turns=2, temperature=S.DEFAULT_TEMPERATURE) is False
     by_line = {}
     for a in ctx.attempts:
         by_line.setdefault(a.notes["search"]["line"], []).append(a)

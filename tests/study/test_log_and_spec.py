@@ -31,10 +31,11 @@ def test_config_hash_keys_what_changes_results_and_nothing_else(tmp_path):
     h = base.config_hash(base.regime_config("zero_shot", 0), "m")
     assert h != base.config_hash(base.regime_config("zero_shot", 1), "m")  # seed
     assert h != base.config_hash(base.regime_config("zero_shot", 0), "other-model")
-    untimed = load_spec(None, {"out": str(tmp_path), "eval.time": False})
+    untimed = load_spec(None, {"out": str(tmp_path), "regimes": ["zero_shot"], "eval.time": False})
     assert h != untimed.config_hash(untimed.regime_config("zero_shot", 0), "m")
     # where the work runs is not part of a cell's identity: a resumed study may use other devices
-    spread = load_spec(None, {"out": str(tmp_path / "x"), "jobs": 5, "slots": 2, "cache_dir": "/c"})
+    spread = load_spec(None, {"out": str(tmp_path / "x"), "regimes": ["zero_shot"], "jobs": 5, "slots": 2,
+                              "cache_dir": "/c"})
     assert h == spread.config_hash(spread.regime_config("zero_shot", 0), "m")
 
 

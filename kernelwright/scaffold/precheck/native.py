@@ -2,7 +2,7 @@
 the system compiler without torch headers, run on the probes.
 
 One translation unit holds every region of a call, each in its own namespace around a copy of the
-skeleton's kernel (skeleton.cpp_kernel / cuda_kernel, so the region sees exactly the names it
+skeleton's kernel (writers.cpp.cpp_kernel / writers.cuda.cuda_kernel, so the region sees exactly the names it
 sees in the real program). `at::Half` / `at::BFloat16` are floats here: the probes hold the values
 as the kernel loads them, and the store's rounding is applied by the comparison.
 
@@ -30,17 +30,10 @@ from kernelwright.scaffold.precheck.compare import decode
 from kernelwright.scaffold.precheck.confined import cache_dir, confined_run
 from kernelwright.scaffold.precheck.native_shim import COMMON, CUDA_SHIM
 from kernelwright.scaffold.precheck.types import RegionRun
-from kernelwright.scaffold.skeleton import (
-    CUDA_IO,
-    ELEMENTWISE_THREADS,
-    PLACEHOLDER,
-    ROW_THREADS,
-    VEC,
-    cpp_kernel,
-    cuda_kernel,
-    dividers,
-)
 from kernelwright.scaffold.types import Probes, Segment, SegmentKind, as_compiled
+from kernelwright.scaffold.writers.base import PLACEHOLDER
+from kernelwright.scaffold.writers.cpp import cpp_kernel
+from kernelwright.scaffold.writers.cuda import CUDA_IO, ELEMENTWISE_THREADS, ROW_THREADS, VEC, cuda_kernel, dividers
 
 COMPILER = os.environ.get("CXX", "c++")
 # -O0: the regions are a few lines run on a few thousand values; compile time is what counts

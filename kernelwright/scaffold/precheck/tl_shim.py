@@ -22,8 +22,9 @@ from pathlib import Path
 
 from kernelwright.scaffold.precheck.confined import cache_dir, confined_run
 from kernelwright.scaffold.precheck.types import RegionRun
-from kernelwright.scaffold.skeleton import PLACEHOLDER, TRITON_BLOCK, triton_kernel
 from kernelwright.scaffold.types import Probes, Segment, SegmentKind
+from kernelwright.scaffold.writers.base import PLACEHOLDER
+from kernelwright.scaffold.writers.triton import TRITON_BLOCK, triton_kernel
 
 CHILD = Path(__file__).with_name("tl_child.py")
 NAMES_FILE = Path(__file__).resolve().parents[2] / "grounding" / "triton_names.json"

@@ -33,17 +33,20 @@ tests) only the first config left is run, its timings saying nothing about a GPU
 
 from __future__ import annotations
 
-from kernelwright.scaffold.skeleton import (
+from typing import Optional
+
+from kernelwright.scaffold.types import KernelArg, Scaffold, ScaffoldPlan, Segment, SegmentKind
+from kernelwright.scaffold.writers.base import (
     BCAST_HELPER,
     PLACEHOLDER,
     PY_DTYPES,
-    _marked,
-    _scaffold,
     abridge,
+    extra_params,
     extra_shaping,
-    math_line,
+    make_scaffold,
+    marked_kernel,
 )
-from kernelwright.scaffold.types import KernelArg, Scaffold, ScaffoldPlan, Segment
+from kernelwright.scaffold.writers.triton import triton_math_line
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps), largest tiles first: Triton's matmul tutorial's
 # list for NVIDIA GPUs. fp32 operands under a one-dot product take BLOCK_K at most 32 (twice the
@@ -160,15 +163,6 @@ def kw_tile(kw_m, kw_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 '''
 
 
-def _extra_params(seg: Segment) -> list[str]:
-    out = []
-    for a in seg.extras:
-        out.append(a.name)
-        if a.pattern == "broadcast":
-            out += [f"{a.name}_inner", f"{a.name}_span"]
-    return out
-
-
 def _load(a: KernelArg) -> str:
     if a.pattern == "scalar":
         return f"    {a.name} = tl.load({a.name}_ptr).to(tl.float32)\n"
@@ -232,7 +226,7 @@ def triton_gemm_kernel(seg: Segment, products: str = "") -> tuple[str, str]:
     operands = ["kw_a_ptr", "kw_a_tail_ptr", "kw_b_ptr", "kw_b_tail_ptr"] if split else ["kw_a_ptr", "kw_b_ptr"]
     strides = [] if split else ["kw_sab", "kw_sam", "kw_sak", "kw_sbb", "kw_sbk", "kw_sbn"]
     params = (operands + (["kw_bias_ptr"] if bias else [])
-              + [p if p.endswith(("_inner", "_span")) else f"{p}_ptr" for p in _extra_params(seg)]
+              + [p if p.endswith(("_inner", "_span")) else f"{p}_ptr" for p in extra_params(seg)]
               + ["out_ptr", "kw_m", "kw_n", "kw_kdim"] + strides
               + ["BLOCK_M: tl.constexpr", "BLOCK_N: tl.constexpr", "BLOCK_K: tl.constexpr"])
     indent = "    "
@@ -285,7 +279,7 @@ def _wrapper(seg: Segment) -> str:
     if spec.bias is not None:
         lines.append("    kw_bias = kw_bias.contiguous()")
     lines += extra_shaping(seg.extras, "shape", "the output")
-    lines.append(f"    return kw_launch({', '.join(gemm_params + _extra_params(seg) + ['shape'])})")
+    lines.append(f"    return kw_launch({', '.join(gemm_params + extra_params(seg) + ['shape'])})")
     return "\n".join(lines) + "\n"
 
 
@@ -293,7 +287,7 @@ def _launcher(seg: Segment, products: str = "") -> str:
     spec = seg.gemm
     assert spec is not None
     gemm_params = ["kw_a", "kw_b"] + (["kw_bias"] if spec.bias is not None else [])
-    lines = [f"def kw_launch({', '.join(gemm_params + _extra_params(seg) + ['shape'])}):"]
+    lines = [f"def kw_launch({', '.join(gemm_params + extra_params(seg) + ['shape'])}):"]
     if spec.batched:
         lines += ["    kw_batch, kw_m, kw_kdim = kw_a.shape",
                   "    kw_n = kw_b.shape[2]"]
@@ -326,7 +320,7 @@ def _launcher(seg: Segment, products: str = "") -> str:
                       "    kw_sbk, kw_sbn = kw_b.stride()"]
         operands = ["kw_a", "kw_b"]
         strides = ",\n                          kw_sab, kw_sam, kw_sak, kw_sbb, kw_sbk, kw_sbn"
-    rest = gemm_params[2:] + _extra_params(seg)
+    rest = gemm_params[2:] + extra_params(seg)
     lines += [f"    out = torch.empty(shape, device=kw_a.device, dtype={PY_DTYPES[seg.out_dtype]})",
               "    grid = lambda meta: (triton.cdiv(kw_m, meta['BLOCK_M']) * triton.cdiv(kw_n, meta['BLOCK_N']), kw_batch)",
               f"    kw_fused_kernel[grid]({', '.join(operands + rest)}, out, kw_m, kw_n, kw_kdim{strides})",
@@ -346,7 +340,7 @@ def variables(seg: Segment) -> list[str]:
     for a in seg.extras:
         lines.append(f"`{a.name}` (float32, the same BLOCK_M x BLOCK_N tile, one value per output element): {a.describe}")
     lines.append("`y` (already set to x): assign the result tile to it; it is stored where `mask` is True")
-    return lines + [math_line("triton", seg)]
+    return lines + [triton_math_line(seg)]
 
 
 def gemm_view(kernel: str, seg: Segment) -> str:
@@ -371,11 +365,30 @@ def write_triton_gemm(plan: ScaffoldPlan, seg: Segment, products: str = "") -> S
     spec = seg.gemm
     assert spec is not None
     kernel, indent = triton_gemm_kernel(seg, products)
-    kernel_prog, kernel_view = _marked(kernel, indent, "#", gemm_view(kernel, seg))
+    kernel_prog, kernel_view = marked_kernel(kernel, indent, "#", gemm_view(kernel, seg))
     header = "import math\nimport os\n\nimport torch\nimport triton\nimport triton.language as tl\n"
     helper = BCAST_HELPER + "\n\n" if any(a.pattern == "broadcast" for a in seg.extras) else ""
     split = SPLIT_HELPERS if _split(spec.a.dtype, products) else ""
     program = (f"{header}\n{plan.prelude}\n{_configs_text(spec.a.dtype, products)}\n{PRUNE}\n{TILE_ORDER}{split}\n"
                f"{kernel_prog}\n\n{_launcher(seg, products)}\n\n{helper}{_wrapper(seg)}\n\n{plan.model_new}")
-    sc = _scaffold(plan, seg, "triton", program, kernel_view, indent, "# (empty: y stays x)", "python")
-    return sc.model_copy(update={"variables": variables(seg)})
+    return make_scaffold(plan, seg, "triton", program, kernel_view, indent, "# (empty: y stays x)", "python",
+                         variables(seg))
+
+
+class TritonGemmWriter:
+    """The GEMM family on Triton: the kernel computes the GEMM, the region is its epilogue."""
+
+    target = "triton"
+    kinds = (SegmentKind.GEMM,)
+
+    def write(self, plan: ScaffoldPlan, seg: Segment) -> Scaffold:
+        return write_triton_gemm(plan, seg)
+
+    def default_launch(self, seg: Segment) -> dict[str, int]:
+        return {}  # the kernel's @triton.autotune config list picks tiles, stages and warps
+
+    def launch_grid(self, seg: Segment) -> list[dict[str, int]]:
+        return []  # autotuned in the kernel: a variant here would be an evaluation per tile shape
+
+    def shared_programs(self, sc: Scaffold, regions: list[str]) -> Optional[list[str]]:
+        return None  # a Triton kernel is compiled at launch: there is no build to share

@@ -27,10 +27,12 @@ from kernelwright import prompts
 from kernelwright.events import Evaluating, Generating, Judged, Searched
 from kernelwright.llm.base import ChatMessage, Completion
 from kernelwright.records import Attempt, EvalResult, Stage, Verdict
-from kernelwright.strategies import search_parts as search
 from kernelwright.strategies import selection
-from kernelwright.strategies.base import RunContext
-from kernelwright.strategies.search_parts import Sample
+from kernelwright.strategies.base import RunContext, assembly_note
+from kernelwright.strategies.search.notes import ComposedNote
+from kernelwright.strategies.search import parts
+from kernelwright.strategies.search.parts import Sample, distinct, precheck_verdict, refuted
+from kernelwright.strategies.search.tune import tune
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,7 @@ HEAT_STEP, MAX_HEAT = 0.25, 1.2
 MAX_COMPOSED = 3  # composed regions built a search: the best-agreed lines first, then one line swapped
 
 
-def run(ctx: RunContext, n: int, turns: int, temperature: float) -> Optional[bool]:
+def search_lines(ctx: RunContext, n: int, turns: int, temperature: float) -> Optional[bool]:
     """True when a verified kernel was found, False when not; None when the region is not written a
     line at a time here (no scaffold, not elementwise, a single line, +no_steps, +no_precheck: the
     lines are chosen by their pre-check)."""
@@ -52,7 +54,7 @@ def run(ctx: RunContext, n: int, turns: int, temperature: float) -> Optional[boo
     from kernelwright.scaffold import write
     from kernelwright.scaffold.steps import line_target, split, worth_it
 
-    plan = search.task_plan(ctx).for_target(ctx.target)
+    plan = parts.task_plan(ctx).for_target(ctx.target)
     steps = split(plan, parts=not c.has("no_parts"))
     if not steps or not worth_it(steps, ctx.target):
         return None
@@ -61,7 +63,7 @@ def run(ctx: RunContext, n: int, turns: int, temperature: float) -> Optional[boo
     if not all(s.available for s in scaffolds):
         return None
     ctx.notes["steps"] = [{"line": st.line, "target": t} for st, t in zip(steps, targets)]
-    base = [ctx.messages(prompts.render("task", **_vars(ctx, s))) for s in scaffolds]
+    base = [ctx.messages(prompts.render("task", **line_prompt_vars(ctx, s))) for s in scaffolds]
     conversation = list(base)
     tried: list[set[str]] = [set() for _ in steps]
     solved: dict[int, list[tuple[Sample, Attempt]]] = {}
@@ -69,16 +71,16 @@ def run(ctx: RunContext, n: int, turns: int, temperature: float) -> Optional[boo
         todo = [k for k in range(len(steps)) if k not in solved]
         ctx.progress(Generating(turn=turn, n=n * len(todo)))
         heat = max(temperature, min(MAX_HEAT, temperature + HEAT_STEP * turn))
-        requests = [ctx._request(conversation[k], n, heat, c.max_tokens, c.seed + 1000 * turn + 17 * k)
-                    .model_copy(update={"grammar": search._grammar(ctx, scaffolds[k])}) for k in todo]
+        requests = [ctx.request(conversation[k], n, heat, c.max_tokens, c.seed + 1000 * turn + 17 * k,
+                                grammar=parts.answer_grammar(ctx, scaffolds[k])) for k in todo]
         started = time.monotonic()
-        answers = ctx._generate_all(requests)
+        answers = ctx.draw_many(requests)
         per_sample = (time.monotonic() - started) / max(1, sum(len(a) for a in answers))
         for k, comps in zip(todo, answers):
             samples = _line_samples(ctx, scaffolds[k], targets[k], steps[k], comps, tried[k], per_sample)
-            ctx.progress(Searched(turn=turn, drawn=len(samples), distinct=len(search._distinct(samples)),
+            ctx.progress(Searched(turn=turn, drawn=len(samples), distinct=len(distinct(samples)),
                                   checked=sum(1 for s in samples if s.check is not None),
-                                  passed=sum(1 for s in search._distinct(samples) if s.check is not None
+                                  passed=sum(1 for s in distinct(samples) if s.check is not None
                                              and s.check.passed),
                                   to_build=0, line=f"{k + 1} of {len(steps)}"))
             recorded = _record(ctx, conversation[k], samples, turn, k, n, len(steps))
@@ -93,7 +95,7 @@ def run(ctx: RunContext, n: int, turns: int, temperature: float) -> Optional[boo
     return False
 
 
-def _vars(ctx: RunContext, sc: Any) -> dict[str, Any]:
+def line_prompt_vars(ctx: RunContext, sc: Any) -> dict[str, Any]:
     """The task prompt's variables with the line's own scaffold in place of the region's (its
     target's, where the line is written in another language: line_target)."""
     from kernelwright.strategies.base import TARGET_NAMES
@@ -104,7 +106,7 @@ def _vars(ctx: RunContext, sc: Any) -> dict[str, Any]:
     # a CUDA row task is a C++ loop the CUDA kernel runs (line_target): "C++ (CPU)" would be false
     name = ("CUDA (its row loop written in C++)" if sc.target != ctx.target and ctx.target == "cuda"
             else TARGET_NAMES[sc.target])
-    return {**search.prompt_vars(ctx), "scaffold": region, "fence": sc.language, "target": sc.target,
+    return {**parts.prompt_vars(ctx), "scaffold": region, "fence": sc.language, "target": sc.target,
             "target_name": name}
 
 
@@ -117,14 +119,12 @@ def _line_samples(ctx: RunContext, sc: Any, target: str, step: Any, comps: list[
     samples = []
     for i, comp in enumerate(comps):
         assembly = assemble(sc, comp.text)
-        extra = {"scaffold": {"region": assembly.region, "repairs": assembly.repairs, "empty": assembly.empty,
-                              "kind": sc.segment.kind.value, "reason": sc.reason}}
-        s = Sample(index=i, completion=comp, code=assembly.code, grounding=None, extra=extra, region=assembly.region)
-        s.notes["gen_s"] = per_sample
-        samples.append(s)
-    search._dedupe(samples, tried)
+        samples.append(Sample(index=i, completion=comp, code=assembly.code, grounding=None,
+                              extra={"scaffold": assembly_note(sc, assembly)}, region=assembly.region,
+                              gen_s=per_sample))
+    parts.dedupe(samples, tried)
     todo = []
-    for s in search._distinct(samples):
+    for s in distinct(samples):
         if s.extra["scaffold"]["empty"]:  # nothing but comments: no answer, not a pass of a near-identity line
             continue
         foreign = skeleton_names_read(sc, s.region)
@@ -151,10 +151,10 @@ def _line_result(ctx: RunContext, s: Sample, samples: list[Sample]) -> EvalResul
     if s.check.passed:
         return EvalResult(verdict=Verdict.NOT_BUILT, error="a line of the region: built in the composed region",
                           task_id=ctx.task.id, stages=[stage])
-    if not search._refuted(s.check):
+    if not refuted(s.check):
         return EvalResult(verdict=Verdict.NOT_BUILT, error=f"the line's pre-check could not judge it: {s.check.error}",
                           task_id=ctx.task.id, stages=[stage])
-    return EvalResult(verdict=search._precheck_verdict(s.check), error=s.check.render(), task_id=ctx.task.id,
+    return EvalResult(verdict=precheck_verdict(s.check), error=s.check.render(), task_id=ctx.task.id,
                       stages=[stage])
 
 
@@ -162,22 +162,19 @@ def _record(ctx: RunContext, messages: tuple[ChatMessage, ...], samples: list[Sa
             n: int, lines: int) -> list[Attempt]:
     out = []
     for s in samples:
-        note = {**search.sample_note(s, samples), "line": k + 1, "lines": lines}
-        attempt = ctx._attempt(messages, s.completion, None, None, _line_result(ctx, s, samples), turn,
-                               k * n + s.index, s.notes["gen_s"], {**s.extra, "search": note})
-        ctx.attempts.append(attempt)
-        ctx.sink(attempt)
-        out.append(attempt)
+        note = parts.sample_note(s, samples, line=k + 1, lines=lines)
+        out.append(ctx.record(messages, s.completion, None, None, _line_result(ctx, s, samples), turn,
+                              k * n + s.index, s.gen_s, {**s.extra, "search": note.dump()}))
     return out
 
 
 def _repair(base: tuple[ChatMessage, ...], fence: str, samples: list[Sample]) -> Optional[tuple[ChatMessage, ...]]:
     """The line's follow-up: its most-agreed refuted answer and that answer's problem."""
-    failing = [s for s in search._distinct(samples) if s.region.strip() and s.check is not None]
+    failing = [s for s in distinct(samples) if s.region.strip() and s.check is not None]
     if not failing:
         return None
     s = min(failing, key=lambda x: (-x.votes, x.index))
-    return search.follow_up(base, fence, s.region, s.check.render())
+    return parts.follow_up(base, fence, s.region, s.check.render())
 
 
 def _choices(solved: dict[int, list[tuple[Sample, Attempt]]], lines: int) -> list[list[int]]:
@@ -209,7 +206,7 @@ def _build(ctx: RunContext, steps: list[Any], solved: dict[int, list[tuple[Sampl
             # each line passed its own check and the composition does not: the lines' values differ
             # within tolerance and a later line magnifies it, or the check is wrong (logged: a bug to look at)
             log.info("%s: a composed region failed its pre-check (%s)", ctx.task.id, check.status.value)
-            result = EvalResult(verdict=search._precheck_verdict(check) if search._refuted(check) else Verdict.NOT_BUILT,
+            result = EvalResult(verdict=precheck_verdict(check) if refuted(check) else Verdict.NOT_BUILT,
                                 error=check.render(), task_id=ctx.task.id,
                                 stages=[Stage(name="precheck", seconds=round(check.seconds, 4), ok=False,
                                               detail=check.status.value)])
@@ -223,8 +220,7 @@ def _build(ctx: RunContext, steps: list[Any], solved: dict[int, list[tuple[Sampl
 
             grounding = ground(code, ctx.target)
         ctx.progress(Evaluating(turn=turn, sample=c, n=len(picks)))  # the c-th composed region
-        result = ctx.executor.evaluate(ctx.task, grounding.code if grounding is not None else code,
-                                       ctx.eval_run)
+        result = ctx.evaluate(grounding.code if grounding is not None else code)
         attempt = _composed(ctx, region, result, turn, sample, sources, check, built=True, code=code,
                             grounding=grounding)
         ctx.progress(Judged(turn=turn, sample=c, n=len(picks), verdict=result.verdict.value,
@@ -233,7 +229,7 @@ def _build(ctx: RunContext, steps: list[Any], solved: dict[int, list[tuple[Sampl
         built += 1
         if selection.tier(result) >= 3:
             if not ctx.config.has("no_tune"):
-                search._tune(ctx, (), [attempt], turn, sample)
+                tune(ctx, (), [attempt], turn, sample)
             return True
     return False
 
@@ -245,7 +241,7 @@ def _checked(ctx: RunContext, steps: list[Any], answers: list[list[str]], segmen
     from kernelwright.scaffold import precheck_many
     from kernelwright.scaffold.steps import compose
 
-    plan = search.task_plan(ctx)
+    plan = parts.task_plan(ctx)
     regions = [compose(steps, a, segment, ctx.target) for a in answers]
     checks = list(precheck_many(plan, ctx.target, regions))
     again = {i: compose(steps, answers[i], segment, ctx.target, strided=False)
@@ -265,10 +261,6 @@ def _composed(ctx: RunContext, region: str, result: EvalResult, turn: int, sampl
     fence = ctx.task_vars()["fence"]
     answer = Completion(text=f"```{fence}\n{region}\n```", finish_reason="composed", prompt_tokens=0,
                         completion_tokens=0, latency_s=0.0)
-    note = {"composed": sources, "built": built, "duplicate_of": None, "drawn": 0,
-            "precheck": check.model_dump(mode="json")}
-    attempt = ctx._attempt((), answer, code, grounding, result, turn, sample, 0.0,
-                           {"scaffold": {"region": region, "composed": True}, "search": note})
-    ctx.attempts.append(attempt)
-    ctx.sink(attempt)
-    return attempt
+    note = ComposedNote(composed=sources, built=built, precheck=check)
+    return ctx.record((), answer, code, grounding, result, turn, sample, 0.0,
+                      {"scaffold": {"region": region, "composed": True}, "search": note.dump()})
