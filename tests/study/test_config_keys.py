@@ -36,11 +36,19 @@ def test_result_keys_are_unchanged(settings, key):
     assert result_key(TASK, "c0de", EvalRun.of(**settings)) == key
 
 
+# The folders on disk were written by single-shot studies (the regime said: the default is a rule of
+# its own, strategies/defaults.py) and by search studies, whose [eval] times torch.compile.
+ZERO_SHOT = {"regimes": ["zero_shot"]}
+
+
 @pytest.mark.parametrize("flags,chash", [
-    ({}, "79d09164821f"),
-    ({"eval.trials": 2, "eval.time": False, "eval.timeout": 120, "cell_minutes": 3}, "02849e45a186"),
-    ({"eval.compat": "kernelbench"}, "d1940f0717d2"),
+    (ZERO_SHOT, "79d09164821f"),
+    ({**ZERO_SHOT, "eval.trials": 2, "eval.time": False, "eval.timeout": 120, "cell_minutes": 3}, "02849e45a186"),
+    ({**ZERO_SHOT, "eval.compat": "kernelbench"}, "d1940f0717d2"),
     ({"regimes": ["search+n=4"], "devices": ["cuda:0", "cuda:1"], "eval.size": "1/8", "seeds": [1]}, "596a4e0aeff0"),
+    ({"regimes": ["search"]}, "1e084a680416"),
+    ({"regimes": ["search"], "eval.trials": 2, "eval.time": False, "eval.timeout": 120, "cell_minutes": 3},
+     "2c6cd28768c1"),
 ])
 def test_study_config_hashes_are_unchanged(tmp_path, flags, chash):
     spec = load_spec(None, {"out": str(tmp_path), "model": "replay:x.jsonl", **flags})
@@ -65,7 +73,7 @@ def test_the_config_is_one_frozen_value(tmp_path):
     assert cfg == EvalConfig(trials=3, timeout=120.0) and hash(cfg) == hash(EvalConfig(trials=3, timeout=120.0))
     assert EvalConfig.model_validate_json(cfg.model_dump_json()) == cfg
     # a study's [eval] is that config, and what its manifest records reads back as the same one
-    spec = load_spec(None, {"out": str(tmp_path), "eval.trials": 3, "eval.timeout": 120})
+    spec = load_spec(None, {"out": str(tmp_path), **ZERO_SHOT, "eval.trials": 3, "eval.timeout": 120})
     assert spec.eval == cfg and EvalConfig.model_validate(spec.model_dump(mode="json")["eval"]) == cfg
     # a variation is a new value, checked as any: the run's place never enters the config
     run = EvalRun(cfg, device="cpu", priority=1)
