@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelwright.evaluate import EvalConfig, evaluate  # noqa: E402
+from kernelwright.evaluate import EvalRun, evaluate  # noqa: E402
 from kernelwright.tasks import load_tasks  # noqa: E402
 
 
@@ -43,7 +43,7 @@ def main() -> int:
     ap.add_argument("--high", type=float, default=1.1)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    cfg = EvalConfig(device=args.device, size=args.size, iters=args.iters)
+    cfg = EvalRun.of(device=args.device, size=args.size, iters=args.iters)
     tasks = load_tasks(args.tasks)
     rows: list[tuple[str, int, str, float | None, float]] = []
     outside, text = [], ""

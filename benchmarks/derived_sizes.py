@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelwright.evaluate.evaluator import EvalConfig, evaluate  # noqa: E402
+from kernelwright.evaluate.config import EVAL_DEFAULTS  # noqa: E402
+from kernelwright.evaluate.evaluator import EvalRun, evaluate  # noqa: E402
 from kernelwright.records import Task  # noqa: E402
 from kernelwright.tasks import load_tasks  # noqa: E402
 from kernelwright.tasks.sizing import SizingError, sized_tasks  # noqa: E402
@@ -62,9 +63,9 @@ def main() -> int:
     ap.add_argument("--size", default="small")
     ap.add_argument("--evaluate", action="store_true", help="evaluate each reference as its own candidate")
     ap.add_argument("--timeout", type=float, default=120.0)
-    ap.add_argument("--iters", type=int, default=EvalConfig.iters, help="timed calls per module")
-    ap.add_argument("--warmup", type=int, default=EvalConfig.warmup)
-    ap.add_argument("--input-sets", type=int, default=EvalConfig.input_sets)
+    ap.add_argument("--iters", type=int, default=EVAL_DEFAULTS.iters, help="timed calls per module")
+    ap.add_argument("--warmup", type=int, default=EVAL_DEFAULTS.warmup)
+    ap.add_argument("--input-sets", type=int, default=EVAL_DEFAULTS.input_sets)
     ap.add_argument("--device", default="cpu", help="where the references are evaluated (cpu, cuda)")
     args = ap.parse_args()
 
@@ -84,7 +85,7 @@ def main() -> int:
     for original, task in zip(tasks, sized):
         result = wall = None
         if args.evaluate and isinstance(task, Task):
-            cfg = EvalConfig(device=args.device, size=args.size, timeout=args.timeout, iters=args.iters,
+            cfg = EvalRun.of(device=args.device, size=args.size, timeout=args.timeout, iters=args.iters,
                              warmup=args.warmup, input_sets=args.input_sets)
             t0 = time.monotonic()
             # the reference under the candidate's name (a subclass or an alias of Model is refused)

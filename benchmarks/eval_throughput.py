@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernelwright.device import available_cores
-from kernelwright.evaluate.evaluator import EvalConfig, evaluate_direct  # noqa: E402
+from kernelwright.evaluate.evaluator import EvalRun, evaluate_direct  # noqa: E402
 from kernelwright.executors.pool import EvalPool, PoolConfig
 from kernelwright.records import Task  # noqa: E402
 from kernelwright.tasks import load_task  # noqa: E402
@@ -70,7 +70,7 @@ def load_set(name: str) -> list[Candidate]:
     return out
 
 
-def run_simple(cands: list[Candidate], cfg: EvalConfig, log, on_each=None) -> Run:
+def run_simple(cands: list[Candidate], cfg: EvalRun, log, on_each=None) -> Run:
     """One at a time. The pass's wall time is the sum of the candidates' times (nothing overlaps
     by definition), so `on_each(file, verdict, seconds)` lets a caller save after every candidate
     and a pass cut short be continued later (--save)."""
@@ -80,7 +80,7 @@ def run_simple(cands: list[Candidate], cfg: EvalConfig, log, on_each=None) -> Ru
         cache = tempfile.mkdtemp(prefix="kw-bench-simple-")
         t0 = time.monotonic()
         try:
-            r = evaluate_direct(c.task, c.text, replace(cfg, cache_dir=cache))
+            r = evaluate_direct(c.task, c.text, cfg.but(cache_dir=cache))
         finally:
             shutil.rmtree(cache, ignore_errors=True)
         took = time.monotonic() - t0
@@ -97,7 +97,7 @@ def stage_times(result) -> str:
     return " ".join(f"{st.name} {st.seconds:.1f}" for st in result.stages if st.seconds >= 0.05)
 
 
-def run_pool(cands: list[Candidate], cfg: EvalConfig, pool_cfg: PoolConfig, log) -> tuple[Run, object]:
+def run_pool(cands: list[Candidate], cfg: EvalRun, pool_cfg: PoolConfig, log) -> tuple[Run, object]:
     """All candidates submitted at once; each line is logged when that candidate is decided (not in
     submission order), with its stages' times, so a slow stretch shows where it went."""
     cache = tempfile.mkdtemp(prefix="kw-bench-pool-")
@@ -117,7 +117,7 @@ def run_pool(cands: list[Candidate], cfg: EvalConfig, pool_cfg: PoolConfig, log)
             log(f"pool   {n:>2}/{len(cands)} {c.file:<40} at {time.monotonic() - start:6.1f} s  {what}")
 
         with EvalPool(pool_cfg) as pool:
-            futures = [pool.submit(c.task, c.text, replace(cfg, cache_dir=cache)) for c in cands]
+            futures = [pool.submit(c.task, c.text, cfg.but(cache_dir=cache)) for c in cands]
             for c, f in zip(cands, futures, strict=True):
                 f.add_done_callback(lambda f, c=c: report(c, f))
             verdicts = [f.result().verdict.value for f in futures]
@@ -184,7 +184,7 @@ def save_run(path: Path, run: Run, cands: list[Candidate], command: str, seconds
     tmp.replace(path)  # a pass killed mid-write keeps its previous save
 
 
-def simple_resumed(path: Path, cands: list[Candidate], cfg: EvalConfig, command: str, log) -> Run:
+def simple_resumed(path: Path, cands: list[Candidate], cfg: EvalRun, command: str, log) -> Run:
     """The simple pass, saved to `path` after every candidate; candidates already in `path` (from
     an earlier sitting, on this kind of machine) are not run again."""
     files: list[str] = []
@@ -289,11 +289,11 @@ def main(argv: list[str] | None = None) -> int:
         return report(args, cands, merged.simple, merged.pool, merged.stats, command, merged.notes, merged.host)
 
     args.device = args.device or "cpu"
-    cfg = EvalConfig(device=args.device, timeout=args.timeout)
+    cfg = EvalRun.of(device=args.device, timeout=args.timeout)
     pool_cfg = PoolConfig(devices=[cfg.device if ":" in cfg.device or cfg.device == "cpu" else "cuda:0"],
                           compile_workers=args.compile_workers)
     if cfg.device == "cuda":
-        cfg.device = "cuda:0"
+        cfg = cfg.but(device="cuda:0")
 
     def log(msg: str) -> None:
         print(msg, flush=True)

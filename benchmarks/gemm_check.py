@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # device_time, beside 
 from device_time import measure  # noqa: E402
 
 from kernelwright.device import resolve_size  # noqa: E402
-from kernelwright.evaluate import EvalConfig, evaluate  # noqa: E402
+from kernelwright.evaluate import EvalRun, evaluate  # noqa: E402
 from kernelwright.scaffold import SegmentKind, plan_tasks, write  # noqa: E402
 from kernelwright.scaffold.writers.triton_gemm import FP32_PRODUCTS, PRODUCTS, write_triton_gemm  # noqa: E402
 from kernelwright.scaffold.oracle import region  # noqa: E402
@@ -56,8 +56,8 @@ def main() -> int:
     args = ap.parse_args()
     size = resolve_size(args.device, args.size)
     tasks = [load_task(t) for t in args.tasks]
-    timed = EvalConfig(device=args.device, size=size, iters=args.iters, compile_baseline=True, timeout=600.0)
-    untimed = EvalConfig(device=args.device, size=size, time=False, timeout=600.0)
+    timed = EvalRun.of(device=args.device, size=size, iters=args.iters, compile_baseline=True, timeout=600.0)
+    untimed = EvalRun.of(device=args.device, size=size, time=False, timeout=600.0)
     others = " / ".join(OTHERS)
     rows = [f"fp32 products: {FP32_PRODUCTS} (the skeleton's policy), beside {others}. Device times are "
             "do_bench medians (CUDA events, L2 flushed); errors are max abs diff from the reference in float64.", "",

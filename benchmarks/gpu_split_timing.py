@@ -26,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernelwright.evaluate import EvalConfig, evaluate  # noqa: E402
+from kernelwright.evaluate import EvalRun, evaluate  # noqa: E402
 from kernelwright.evaluate.candidate_load import import_source  # noqa: E402
 from kernelwright.tasks import load_task  # noqa: E402
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for task_id, path, bound in CASES:
         task, code = load_task(task_id), path.read_text()
-        r = evaluate(task, code, EvalConfig(device=args.device))
+        r = evaluate(task, code, EvalRun(device=args.device))
         print(f"{path.name}: {r.verdict.value} (judge {r.judge}) {r.error or ''}", flush=True)
         if r.runtime_ms is None or r.ref_runtime_ms is None:
             continue

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from arm_table import ArmTable  # noqa: E402
 
 from kernelwright import prompts  # noqa: E402
-from kernelwright.evaluate import EvalConfig  # noqa: E402
+from kernelwright.evaluate import EvalRun  # noqa: E402
 from kernelwright.llm.base import Completion  # noqa: E402
 from kernelwright.llm.registry import make_backend  # noqa: E402
 from kernelwright.scaffold import assemble, plan_tasks, precheck_many  # noqa: E402
@@ -101,7 +101,7 @@ def main() -> int:
         for arm in arms:
             spec = "search" if arm != "grammar" else "search+grammar"
             config = parse_regime(spec, target="cpp", scaffold=True, seed=args.seed, max_tokens=args.max_tokens)
-            ctx = RunContext(task=task, backend=backend, config=config, eval_config=EvalConfig(device="cpu"),
+            ctx = RunContext(task=task, backend=backend, config=config, eval_run=EvalRun(device="cpu"),
                              cell_key="grammar-yield")
             sc = ctx.scaffold()
             if sc is None:

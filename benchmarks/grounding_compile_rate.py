@@ -33,7 +33,7 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kernelwright.evaluate import EvalConfig, evaluate  # noqa: E402
+from kernelwright.evaluate import EvalRun, evaluate  # noqa: E402
 from kernelwright.extract import extract_code  # noqa: E402
 from kernelwright.grounding.ground import RULES, GroundingReport, ground  # noqa: E402
 from kernelwright.records import EvalResult, Task  # noqa: E402
@@ -96,7 +96,7 @@ def compile_only(task: Task, text: str, root: Path, timeout: float) -> Outcome:
     """One compile-only evaluation with a build cache of its own, so its artifacts can be counted."""
     cache = Path(tempfile.mkdtemp(prefix="kw-ground-", dir=root))
     started = time.monotonic()
-    result: EvalResult = evaluate(task, text, EvalConfig(compile_only=True, device="cuda", cache_dir=str(cache),
+    result: EvalResult = evaluate(task, text, EvalRun.of(compile_only=True, device="cuda", cache_dir=str(cache),
                                                          timeout=timeout))
     artifacts = [p for p in (cache / "builds").rglob("*") if p.suffix in (".o", ".so")] \
         if (cache / "builds").exists() else []
@@ -152,7 +152,7 @@ def render(rows: list[Row], command: str, task: Path, seconds: float) -> str:
         f"Command: `{command}`",
         "",
         f"Task: `{task.relative_to(ROOT) if task.is_relative_to(ROOT) else task}`; evaluator in compile-only mode "
-        f"(`EvalConfig(compile_only=True, device=\"cuda\")`); {_versions()}; wall time {seconds / 60:.1f} min.",
+        f"(`EvalRun.of(compile_only=True, device=\"cuda\")`); {_versions()}; wall time {seconds / 60:.1f} min.",
         "",
         f"**Compile rate: {before}/{n} before grounding, {after}/{n} after.**",
         "",

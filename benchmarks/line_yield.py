@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from arm_table import ArmTable, arm_args  # noqa: E402
 
 from kernelwright import prompts  # noqa: E402
-from kernelwright.evaluate import EvalConfig  # noqa: E402
+from kernelwright.evaluate import EvalRun  # noqa: E402
 from kernelwright.llm.registry import make_backend  # noqa: E402
 from kernelwright.scaffold import assemble, plan_tasks, precheck_many, write  # noqa: E402
 from kernelwright.scaffold.steps import line_target, split, worth_it  # noqa: E402
@@ -63,7 +63,7 @@ def main() -> int:
         if not runs or not worth_it([st for st, _ in runs], args.target):
             continue
         config = parse_regime("search", target=args.target, scaffold=True, seed=args.seed, max_tokens=args.max_tokens)
-        ctx = RunContext(task=task, backend=backend, config=config, eval_config=EvalConfig(device="cpu"),
+        ctx = RunContext(task=task, backend=backend, config=config, eval_run=EvalRun(device="cpu"),
                          cell_key="line-yield")
         if ctx.scaffold() is None:
             continue

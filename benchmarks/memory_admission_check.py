@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kernelwright import devmem
 from kernelwright.device import device_key, lock_dir
-from kernelwright.evaluate import EvalConfig, evaluate
+from kernelwright.evaluate import EvalRun, evaluate
 from kernelwright.tasks import load_task
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +40,7 @@ def main() -> None:
         with ThreadPoolExecutor(2) as pool:
             # two texts (a comment apart): distinct candidates, one task
             futures = [pool.submit(evaluate, task, text + f"\n# copy {i}\n",
-                                   EvalConfig(device=device, time=False, cache_dir=cache)) for i in range(2)]
+                                   EvalRun.of(device=device, time=False, cache_dir=cache)) for i in range(2)]
             results = [f.result() for f in futures]
         for i, res in enumerate(results):
             print(f"round {r + 1} eval {i}: {res.verdict.value} device_memory_mb={res.device_memory_mb} "

@@ -81,11 +81,11 @@ def _priority(a: RegionAnswer) -> int:
 def evaluate_all(items: list[tuple[RegionAnswer, str]], tasks: dict, args: argparse.Namespace,
                  store: dict[str, dict]) -> None:
     from kernelwright.device import resolve_size
-    from kernelwright.evaluate import EvalConfig, evaluate
+    from kernelwright.evaluate import EvalRun, evaluate
 
     size = resolve_size(args.device, args.size)
     extra_env = {"TRITON_INTERPRET": "1"} if args.device == "cpu" else {}
-    cfg = EvalConfig(device=args.device, time=False, trials=3, timeout=600.0, size=size, extra_env=extra_env)
+    cfg = EvalRun.of(device=args.device, time=False, trials=3, timeout=600.0, size=size, extra_env=extra_env)
     todo = [(a, code) for a, code in items if program_key(code) not in store]
     todo = sorted({program_key(c): (a, c) for a, c in todo}.values(), key=lambda ac: _priority(ac[0]))
     lock = threading.Lock()

@@ -28,13 +28,12 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernelwright.device import resolve_size  # noqa: E402
-from kernelwright.evaluate import EvalConfig  # noqa: E402
+from kernelwright.evaluate import EvalRun  # noqa: E402
 from kernelwright.executors.ray import RayExecutor, host_gpus  # noqa: E402
 from kernelwright.scaffold import plan_task, write  # noqa: E402
 from kernelwright.scaffold.oracle import region  # noqa: E402
@@ -58,7 +57,7 @@ def candidates(tasks: str, device: str, targets: list[str], size: str) -> list[t
     return out
 
 
-def jobs_for(cands: list[tuple], cfg: EvalConfig) -> list[CellJob]:
+def jobs_for(cands: list[tuple], cfg: EvalRun) -> list[CellJob]:
     return [fixed_cell(f"scaling/{target}/{t.id}", "scaling", t, programs, cfg) for t, target, programs in cands]
 
 
@@ -94,12 +93,12 @@ def killer(executor: RayExecutor, after: int, gpu: str | None, killed: list[int]
         time.sleep(0.2)
 
 
-def one_run(units: int, args, cands: list[tuple], cfg: EvalConfig, kill: bool) -> dict:
+def one_run(units: int, args, cands: list[tuple], cfg: EvalRun, kill: bool) -> dict:
     gpu = args.device != "cpu"
     options = {"gpus": host_gpus()[:units], "slots_per_gpu": args.slots} if gpu else {"cpus": units}
     executor = RayExecutor(max_retries=3, **options)
     folder = Path(tempfile.mkdtemp(prefix=f"kw-scaling-{units}-"))
-    cfg = replace(cfg, cache_dir=str(folder / "cache"))  # every run builds from nothing: builds are what spread
+    cfg = cfg.but(cache_dir=str(folder / "cache"))  # every run builds from nothing: builds are what spread
     killed: list[int] = []
     stop = threading.Event()
     n = sum(len(p) for _, _, p in cands)
@@ -144,7 +143,7 @@ def main() -> int:
     targets = args.target or (["cpp"] if args.device == "cpu" else ["cuda", "triton"])
     units = args.units or ([1, len(host_gpus())] if args.device != "cpu" else [1, 2])
     size = resolve_size(args.device, args.size)
-    cfg = EvalConfig(device=args.device, trials=3, timeout=600.0, size=size)
+    cfg = EvalRun.of(device=args.device, trials=3, timeout=600.0, size=size)
     cands = candidates(args.tasks, args.device, targets, size)
     print(f"{len(cands)} cells, {sum(len(p) for _, _, p in cands)} candidates", flush=True)
     runs = [one_run(u, args, cands, cfg, args.kill and i == len(units) - 1) for i, u in enumerate(units)]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelwright.evaluate import EvalConfig  # noqa: E402
+from kernelwright.evaluate import EvalRun  # noqa: E402
 from kernelwright.llm import make_backend  # noqa: E402
 from kernelwright.llm.base import ChatMessage  # noqa: E402
 from kernelwright.strategies import parse_regime  # noqa: E402
@@ -91,7 +91,7 @@ def main() -> int:
     for i, sit in enumerate(found):
         config = parse_regime("search", target=args.target, scaffold=True, max_tokens=args.max_tokens)
         ctx = RunContext(task=tasks[sit["task"]], backend=backend, config=config,
-                         eval_config=EvalConfig(device="cpu"), cell_key=f"repair-{i}")
+                         eval_run=EvalRun(device="cpu"), cell_key=f"repair-{i}")
         arms = {"fresh prompt": tuple(ChatMessage(**m) for m in sit["old"]),
                 "follow-up": follow_up(tuple(ChatMessage(**m) for m in sit["base"]), sit["fence"],
                                        sit["region"], sit["problem"])}

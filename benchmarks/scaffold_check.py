@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernelwright.device import resolve_size
-from kernelwright.evaluate import EvalConfig, evaluate  # noqa: E402
+from kernelwright.evaluate import EvalRun, evaluate  # noqa: E402
 from kernelwright.records import Verdict  # noqa: E402
 from kernelwright.scaffold import plan_task, write  # noqa: E402
 from kernelwright.scaffold.oracle import region  # noqa: E402
@@ -48,7 +48,7 @@ def main() -> int:
         plans = dict(zip([t.id for t in tasks], pool.map(lambda t: plan_task(t, size, device=args.device), tasks)))
     print(f"planned {len(tasks)} tasks in {time.monotonic() - started:.0f} s", flush=True)
     extra_env = {"TRITON_INTERPRET": "1"} if args.device == "cpu" and "triton" in targets else {}
-    cfg = EvalConfig(device=args.device, time=False, trials=3, timeout=600.0, size=size, extra_env=extra_env)
+    cfg = EvalRun.of(device=args.device, time=False, trials=3, timeout=600.0, size=size, extra_env=extra_env)
     jobs = []
     for t in tasks:
         p = plans[t.id]

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # device_time, beside this file
 
 from kernelwright.device import resolve_size  # noqa: E402
-from kernelwright.evaluate import EvalConfig, evaluate  # noqa: E402
+from kernelwright.evaluate import EvalRun, evaluate  # noqa: E402
 from kernelwright.scaffold import launch_variants, plan_tasks, with_launch, write  # noqa: E402
 from kernelwright.scaffold.oracle import region  # noqa: E402
 from kernelwright.tasks import load_tasks  # noqa: E402
@@ -79,13 +79,13 @@ def main() -> int:
     print(f"{len(programs)} skeletons with their oracle regions; building", flush=True)
     if args.device_time:
         return device_time_table(args, size, programs, started)
-    untimed = EvalConfig(device=args.device, size=size, time=False, trials=1, timeout=600.0)
+    untimed = EvalRun.of(device=args.device, size=size, time=False, trials=1, timeout=600.0)
     with ThreadPoolExecutor(args.jobs) as pool:
         for (t, target, _, _), r in zip(programs, pool.map(lambda j: evaluate(j[0], j[3], untimed), programs)):
             print(f"built {t.id} {target}: {r.verdict.value}" + (f" ({r.error[:300]})" if r.error else ""), flush=True)
-    timed = EvalConfig(device=args.device, size=size, iters=args.iters, compile_baseline=True, timeout=600.0)
+    timed = EvalRun.of(device=args.device, size=size, iters=args.iters, compile_baseline=True, timeout=600.0)
     # launch variants: no compile baseline of their own (torch.compile is the default's, chained)
-    quick = EvalConfig(device=args.device, size=size, iters=args.iters, timeout=600.0)
+    quick = EvalRun.of(device=args.device, size=size, iters=args.iters, timeout=600.0)
     rows = []
     for t, target, p, program in programs:
         r = evaluate(t, program, timed)

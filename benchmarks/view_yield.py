@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from arm_table import ArmTable, arm_args  # noqa: E402
 
 from kernelwright import prompts  # noqa: E402
-from kernelwright.evaluate import EvalConfig  # noqa: E402
+from kernelwright.evaluate import EvalRun  # noqa: E402
 from kernelwright.llm.registry import make_backend  # noqa: E402
 from kernelwright.scaffold import SegmentKind, assemble, plan_tasks, precheck_many  # noqa: E402
 from kernelwright.scaffold.writers.base import marked_kernel  # noqa: E402
@@ -90,7 +90,7 @@ def main() -> int:
     table = ArmTable(COLUMNS, cells)
     for task in tasks:
         config = parse_regime("search", target=args.target, scaffold=True, seed=args.seed, max_tokens=args.max_tokens)
-        ctx = RunContext(task=task, backend=backend, config=config, eval_config=EvalConfig(device="cpu"),
+        ctx = RunContext(task=task, backend=backend, config=config, eval_run=EvalRun(device="cpu"),
                          cell_key="view-yield")
         sc = ctx.scaffold()
         if sc is None or sc.segment.kind.value not in kinds or (args.tasks and task.id not in args.tasks.split(",")):

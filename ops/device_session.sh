@@ -82,7 +82,7 @@ steps)  # the built-in search studies: `steps STUDY...`, each the name of a stud
   # studies/ (e.g. builtin-search-cuda-gpu builtin-search-triton-gpu-12min), side by side, the model
   # on the GPU for all; C++ on the host's CPU. Three studies at most on 16 cores. Every cell begins
   # at once (jobs = 28): a verified kernel's launch variants queue behind other cells' first
-  # candidates (EvalConfig.priority). One evaluation slot a study is the bottleneck: slots = 4 gives
+  # candidates (EvalRun.priority). One evaluation slot a study is the bottleneck: slots = 4 gives
   # more (the timed stage holds the GPU alone anyway); a clock a cell (cell_minutes) makes the whole
   # study end inside one session (12 minutes a cell with 4 slots: all 28 Triton cells in 14 minutes)
   bash "$0" copy

@@ -40,7 +40,7 @@ def regimes(cache: str) -> dict[str, list[tuple[str, str]]]:
         for task_id in plan.PLAN[spec]:
             logged: list = []
             try:
-                run_regime(load_task(task_id), backend, plan.regime_config(spec), plan.eval_config(cache),
+                run_regime(load_task(task_id), backend, plan.regime_config(spec), plan.eval_run(cache),
                            sink=logged.append, analysis_provider=folder_provider(plan.FACTS))
                 ended = ""
             except Exception as e:  # noqa: BLE001 - a replay that breaks is part of the digest

@@ -34,14 +34,14 @@ def worker_id(request) -> str:
 
 @pytest.fixture(scope="session")
 def fast_cfg(build_cache):
-    """An EvalConfig factory with a smaller timing budget; the protocol is otherwise the real one."""
-    from kernelwright.evaluate import EvalConfig
+    """An EvalRun factory with a smaller timing budget; the protocol is otherwise the real one."""
+    from kernelwright.evaluate import EvalRun
 
     def make(**overrides):
         base = dict(device="cpu", trials=3, warmup=3, iters=20, input_sets=4, timeout=300.0,
                     cache_dir=str(build_cache))
         base.update(overrides)
-        return EvalConfig(**base)
+        return EvalRun.of(**base)
 
     return make
 

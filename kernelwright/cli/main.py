@@ -29,7 +29,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP, cls=Com
 # one home for consoles, exit codes and `fail` (kernelwright/cli/console.py); re-exported for callers
 from kernelwright.cli.console import err, fail, out, say_error
 from kernelwright.errors import EXIT_BAD_INPUT
-from kernelwright.evaluate.evaluator import EvalConfig
+from kernelwright.evaluate.config import EVAL_DEFAULTS
 from kernelwright.records import NewerSchema
 from kernelwright.strategies.defaults import REGIME_HELP
 
@@ -99,21 +99,21 @@ def eval_cmd(
     task: str = typer.Option(..., "--task", "-t", help="A task file, a built-in task id/name, or a spec selecting one task."),
     candidate: Path = typer.Option(..., "--candidate", "-c", help="Python file (or raw model answer) defining ModelNew."),
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N."),
-    timeout: float = typer.Option(EvalConfig.timeout, help="Hard wall-clock limit for the whole evaluation, in seconds."),
+    timeout: float = typer.Option(EVAL_DEFAULTS.timeout, help="Hard wall-clock limit for the whole evaluation, in seconds."),
     json_out: bool = typer.Option(False, "--json", help="Print exactly the result record as JSON."),
     compile_only: bool = typer.Option(False, "--compile-only", help="Build only (CUDA sources compile without a GPU)."),
-    trials: int = typer.Option(EvalConfig.trials, help="Correctness trials, each on fresh random inputs."),
+    trials: int = typer.Option(EVAL_DEFAULTS.trials, help="Correctness trials, each on fresh random inputs."),
     atol: Optional[float] = typer.Option(None, help="Absolute tolerance (default 1e-4 fp32, 1e-2 fp16/bf16)."),
     rtol: Optional[float] = typer.Option(None, help="Relative tolerance (default as atol)."),
-    iters: int = typer.Option(EvalConfig.iters, help="Timed calls per module."),
-    warmup: int = typer.Option(EvalConfig.warmup, help="Untimed warm-up calls per module."),
+    iters: int = typer.Option(EVAL_DEFAULTS.iters, help="Timed calls per module."),
+    warmup: int = typer.Option(EVAL_DEFAULTS.warmup, help="Untimed warm-up calls per module."),
     size: str = typer.Option("auto", help=SIZE_HELP),
-    seed: int = typer.Option(EvalConfig.seed, help="Base seed for parameters and inputs."),
+    seed: int = typer.Option(EVAL_DEFAULTS.seed, help="Base seed for parameters and inputs."),
     no_timing: bool = typer.Option(False, "--no-timing", help="Check correctness only."),
     unconfined: bool = typer.Option(False, "--unconfined", help=UNCONFINED_HELP),
 ) -> None:
     """Evaluate one candidate against one task: compile, check, prove custom code ran, time."""
-    from kernelwright.evaluate import EvalConfig, GPUUnavailableError, evaluate
+    from kernelwright.evaluate import EvalConfig, EvalRun, GPUUnavailableError, evaluate
     from kernelwright.tasks import load_task
     from kernelwright.tasks.sizing import check_size, sized_task
 
@@ -126,10 +126,10 @@ def eval_cmd(
         fail(f"cannot read candidate {candidate}: {e.strerror}")
     the_task = sized_task(load_task(task), size, device)
     try:
-        cfg = EvalConfig(device=device, timeout=timeout, trials=trials, atol=atol, rtol=rtol, iters=iters,
-                         warmup=warmup, compile_only=compile_only, size=size, seed=seed, time=not no_timing,
+        cfg = EvalConfig(timeout=timeout, trials=trials, atol=atol, rtol=rtol, iters=iters, warmup=warmup,
+                         compile_only=compile_only, size=size, seed=seed, time=not no_timing,
                          unconfined=warn_unconfined(unconfined))
-        result = evaluate(the_task, text, cfg)
+        result = evaluate(the_task, text, EvalRun(cfg, device=device))
     except GPUUnavailableError as e:  # the last candidate's record is still printed where one was asked for
         if e.result is not None and json_out:
             print(e.result.to_json(indent=2))
@@ -182,8 +182,8 @@ def run_cmd(
     turns: Optional[int] = typer.Option(None, help="Turns for iterative/agentic (default 3)."),
     seed: int = typer.Option(0, help="Sampling seed."),
     max_tokens: int = typer.Option(1024, help="Decoding budget per generated program."),
-    timeout: float = typer.Option(EvalConfig.timeout, help="Evaluation time limit per candidate, seconds."),
-    iters: int = typer.Option(EvalConfig.iters, help="Timed calls per module."),
+    timeout: float = typer.Option(EVAL_DEFAULTS.timeout, help="Evaluation time limit per candidate, seconds."),
+    iters: int = typer.Option(EVAL_DEFAULTS.iters, help="Timed calls per module."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Folder to record the run in, as a study folder: manifest.json, attempts.jsonl, cells.jsonl (appended; `kernelwright study report` reads it)."),
     json_out: bool = typer.Option(False, "--json", help="Print the cell record as JSON at the end."),
     scaffold: Optional[bool] = typer.Option(None, "--scaffold/--no-scaffold", help="Scaffolded generation: the system "
@@ -195,10 +195,9 @@ def run_cmd(
     size: str = typer.Option("auto", help=SIZE_HELP),
 ) -> None:
     """Run one interaction regime on one task with a model, evaluating every candidate: a study of one cell."""
-    from dataclasses import replace
-
     from kernelwright.cli.display import Display
     from kernelwright.device import validate_device
+    from kernelwright.evaluate import EvalRun
     from kernelwright.executors.base import make_executor, opened
     from kernelwright.llm import make_backend
     from kernelwright.strategies import defaults, run_regime
@@ -221,14 +220,14 @@ def run_cmd(
     tgt, why = defaults.module_target(the_task, device, first.scaffold, target, size)
     spec = spec.model_copy(update={"target": tgt})
     config = spec.regime_config(spec.regimes[0], seed)
-    cfg = replace(spec.eval.to_config(device, None), unconfined=warn_unconfined(unconfined))
+    run = EvalRun(spec.eval.but(unconfined=warn_unconfined(unconfined)), device=device)
     backend = make_backend(model)
     err.print(f"regime {config.spec} · task {the_task.id} · model {backend.model} · target {tgt}"
               f"{f' ({why})' if why else ''} · device {device}")
     try:
         with _cell_log(spec, the_task, backend.model) as record, \
                 opened(make_executor(spec.executor, [device])) as evaluator, Display(err) as display:
-            cell = run_regime(the_task, backend, config, cfg, sink=record.sink if record else lambda a: None,
+            cell = run_regime(the_task, backend, config, run, sink=record.sink if record else lambda a: None,
                               progress=display, config_hash=spec.config_hash(config, backend.model),
                               cell_sink=record.finish if record else None, executor=evaluator)
     except OSError as e:  # a full disk or a read-only folder: what is on disk stays whole (log.append_record)

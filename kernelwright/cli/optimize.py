@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from kernelwright.evaluate.evaluator import EvalConfig
+from kernelwright.evaluate.config import EVAL_DEFAULTS
 from kernelwright.events import Step
 from kernelwright.optimize.types import Outcome
 from kernelwright.strategies.defaults import REGIME_HELP
@@ -42,8 +42,8 @@ def optimize_cmd(
     max_tokens: int = typer.Option(1024, help="Decoding budget per generated program."),
     scaffold: Optional[bool] = typer.Option(None, "--scaffold/--no-scaffold", help="Scaffolded generation (default: "
                                             "on for the embedded models)."),
-    timeout: float = typer.Option(EvalConfig.timeout, help="Evaluation time limit per candidate, seconds."),
-    iters: int = typer.Option(EvalConfig.iters, help="Timed calls per module."),
+    timeout: float = typer.Option(EVAL_DEFAULTS.timeout, help="Evaluation time limit per candidate, seconds."),
+    iters: int = typer.Option(EVAL_DEFAULTS.iters, help="Timed calls per module."),
     no_timing: bool = typer.Option(False, "--no-timing", hidden=True, help="Tests: never time (nothing can win)."),
     facts: Optional[Path] = _FACTS,
     executor: str = typer.Option("direct", help="Where candidates are evaluated: direct (a sandboxed child each), "

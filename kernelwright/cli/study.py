@@ -17,7 +17,7 @@ study_app = typer.Typer(add_completion=False, no_args_is_help=True, cls=Commands
                         help="Run a study matrix, re-score other tools' output, write the report and training data.")
 from kernelwright.cli.console import err, fail, out
 from kernelwright.errors import EXIT_BAD_INPUT, EXIT_GPU_GONE
-from kernelwright.evaluate.evaluator import EvalConfig
+from kernelwright.evaluate.config import EVAL_DEFAULTS
 from kernelwright.strategies.defaults import DEFAULT_REGIME
 
 
@@ -103,10 +103,10 @@ def import_cmd(
     devices: Annotated[list[str] | None, typer.Option("--device", "-d", help="cpu or cuda:N, repeatable.")] = None,
     cache_dir: Annotated[str | None, typer.Option(help="The evaluator's build cache.")] = None,
     jobs: Annotated[int, typer.Option(help="Cells evaluated at once (default: one per device).")] = 0,
-    timeout: Annotated[float, typer.Option(help="Evaluation time limit per candidate, seconds.")] = EvalConfig.timeout,
-    trials: Annotated[int, typer.Option(help="Correctness trials per candidate.")] = EvalConfig.trials,
-    iters: Annotated[int, typer.Option(help="Timed calls per module.")] = EvalConfig.iters,
-    warmup: Annotated[int, typer.Option(help="Warm-up calls per module.")] = EvalConfig.warmup,
+    timeout: Annotated[float, typer.Option(help="Evaluation time limit per candidate, seconds.")] = EVAL_DEFAULTS.timeout,
+    trials: Annotated[int, typer.Option(help="Correctness trials per candidate.")] = EVAL_DEFAULTS.trials,
+    iters: Annotated[int, typer.Option(help="Timed calls per module.")] = EVAL_DEFAULTS.iters,
+    warmup: Annotated[int, typer.Option(help="Warm-up calls per module.")] = EVAL_DEFAULTS.warmup,
     timing: Annotated[bool, typer.Option("--timing/--no-timing", help="Time correct candidates.")] = True,
     size: Annotated[str, typer.Option(help="Task size: small, full or auto.")] = "auto",
     compile_baseline: Annotated[bool, typer.Option("--compile-baseline/--no-compile-baseline", help="Also time torch.compile(reference) for Table I's fast_1 vs torch.compile (default off).")] = False,
@@ -115,20 +115,16 @@ def import_cmd(
     executor: Annotated[str, typer.Option(help="Where evaluations run: local (this machine's pool), direct (a sandboxed child per candidate) or ray (RAY_ADDRESS; docs/scaling.md).")] = "local",
 ) -> None:
     """Re-score other tools' generations with our evaluator, into a study folder."""
-    from pydantic import ValidationError
-
     from kernelwright.cli.progress import StudyProgress
+    from kernelwright.evaluate import EvalConfig, EvaluatorError
     from kernelwright.executors.base import EXECUTORS
     from kernelwright.study.importer import import_study
-    from kernelwright.study.spec import EvalSettings
 
     try:
-        settings = EvalSettings(timeout=timeout, trials=trials, iters=iters, warmup=warmup, time=timing, size=size,
-                                compile_baseline=compile_baseline, compat=compat)
-    except ValidationError as e:
-        # the rule that failed, as one line ("bad evaluator option: trials must be ..."), not pydantic's header
-        first = e.errors()[0]
-        fail(str(first.get("msg", e)).removeprefix("Value error, "))
+        settings = EvalConfig(timeout=timeout, trials=trials, iters=iters, warmup=warmup, time=timing, size=size,
+                              compile_baseline=compile_baseline, compat=compat)
+    except EvaluatorError as e:  # the rule that failed, as one line ("bad evaluator option: trials must be ...")
+        fail(str(e))
     if executor not in EXECUTORS:
         fail(f"unknown executor {executor!r}: use {', '.join(EXECUTORS)}")
     display = StudyProgress(err)

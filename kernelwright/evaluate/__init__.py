@@ -10,8 +10,9 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "DEFAULT_TIMEOUT_S": "kernelwright.evaluate.evaluator",
-    "EvalConfig": "kernelwright.evaluate.evaluator",
+    "DEFAULT_TIMEOUT_S": "kernelwright.evaluate.config",
+    "EvalConfig": "kernelwright.evaluate.config",
+    "EvalRun": "kernelwright.evaluate.config",
     "EvaluatorError": "kernelwright.errors",
     "GPUUnavailableError": "kernelwright.errors",
     "InfrastructureError": "kernelwright.errors",

@@ -2,7 +2,7 @@
 calling thread), `local` (an EvalPool on this machine: duplicates judged once, builds ahead in
 compile slots, one device slot per device) or `ray` (a Ray cluster: kernelwright/executors/ray.py).
 
-An executor is anything with `evaluate(task, text, cfg) -> EvalResult` (blocking, callable from
+An executor is anything with `evaluate(task, text, run) -> EvalResult` (blocking, callable from
 many threads) and `close()`. It is passed in (RunContext.executor, run_regime, the study's jobs),
 never installed process-wide: what evaluates a command's candidates is what that command chose.
 """
@@ -13,14 +13,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Optional, Protocol
 
-from kernelwright.evaluate.evaluator import EvalConfig, evaluate
+from kernelwright.evaluate.evaluator import EvalRun, evaluate
 from kernelwright.records import EvalResult, Task
 
 EXECUTORS = ("direct", "local", "ray")
 
 
 class Executor(Protocol):
-    def evaluate(self, task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None) -> EvalResult: ...
+    def evaluate(self, task: Task, candidate_text: str, run: Optional[EvalRun] = None) -> EvalResult: ...
 
     def close(self) -> None: ...
 
@@ -28,8 +28,8 @@ class Executor(Protocol):
 class Direct:
     """Each evaluation in a fresh sandboxed child of the calling process (`evaluate.evaluate`)."""
 
-    def evaluate(self, task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None) -> EvalResult:
-        return evaluate(task, candidate_text, cfg)
+    def evaluate(self, task: Task, candidate_text: str, run: Optional[EvalRun] = None) -> EvalResult:
+        return evaluate(task, candidate_text, run)
 
     def close(self) -> None:
         pass

@@ -7,21 +7,21 @@ content only (hashes), so it holds across threads and across executors (local po
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import threading
 from concurrent.futures import Future
 
+from kernelwright.evaluate.config import EvalRun
 from kernelwright.records import EvalResult, Task
 
-# Settings that change where files go or when the evaluation runs, not what it computes.
-_NOT_KEYED = ("keep_workdir", "priority", "deadline")
 
-
-def result_key(task: Task, code_hash: str, cfg: object) -> str:
-    """Content key of one evaluation: the task's id and source, the code, every setting."""
-    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _NOT_KEYED}  # type: ignore[arg-type]
+def result_key(task: Task, code_hash: str, run: EvalRun) -> str:
+    """Content key of one evaluation: the task's id and source, the code, the whole config and
+    what of the run's place can change a result (its device, build cache and extra environment);
+    not when it runs (priority, deadline) or whether its folder is kept."""
+    settings = {**run.config.model_dump(), "size": run.config.task_size, "device": run.device,
+                "cache_dir": run.cache_dir, "extra_env": dict(run.extra_env)}
     material = {"task": task.id, "task_source": hashlib.sha256(task.source.encode()).hexdigest(),
                 "code": code_hash, "cfg": settings}
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()

@@ -1,7 +1,7 @@
 """EvalPool: evaluate many candidates fast on one machine, with the evaluator's guarantees intact.
 
     with EvalPool(PoolConfig(devices=["cuda:0", "cuda:1"])) as pool:
-        futures = [pool.submit(task, text, cfg) for task, text in candidates]
+        futures = [pool.submit(task, text, run) for task, text in candidates]
         results = [f.result() for f in futures]
 
 How the work flows, and why:
@@ -15,7 +15,7 @@ How the work flows, and why:
   while the device slots evaluate what is already built. A build that fails decides the verdict
   there (compile_error / hallucinated_api: the evaluation would stop at the same import); any
   other outcome (built, timed out, crashed) goes on to a full evaluation, which decides.
-- Both queues serve the lowest `EvalConfig.priority` first, then in order of arrival: a search's
+- Both queues serve the lowest `EvalRun.priority` first, then in order of arrival: a search's
   launch variants (priority 1) of a kernel already verified never delay another cell's first
   candidates (in a CUDA study on the H200, 25 of 45 evaluations were variants).
 - One *device slot* per device (or `slots_per_device`) runs full evaluations. Timings never overlap
@@ -45,7 +45,7 @@ from typing import Optional
 from kernelwright.device import available_cores, cuda_arch, device_key, validate_device
 from kernelwright.errors import GPUUnavailableError
 from kernelwright.evaluate import sandbox
-from kernelwright.evaluate.evaluator import EvalConfig, Prepared, check_gpu_after, clock_ran_out, precheck, run_prepared
+from kernelwright.evaluate.evaluator import EvalRun, Prepared, check_gpu_after, clock_ran_out, precheck, run_prepared
 from kernelwright.executors.dedupe import LinkTable, result_key
 from kernelwright.records import EvalResult, SandboxJob, Stage, Task
 
@@ -82,7 +82,7 @@ class PoolStats:
     prebuilt: int = 0
     decided_at_build: int = 0
     evaluated: int = 0
-    past_clock: int = 0  # not begun: the cell's clock passed while they queued (EvalConfig.deadline)
+    past_clock: int = 0  # not begun: the cell's clock passed while they queued (EvalRun.deadline)
     recycled: int = 0  # filled by EvalPool.snapshot()
 
 
@@ -152,7 +152,7 @@ def needs_recycle(outcome: sandbox.SandboxOutcome) -> bool:
 class _Job:
     task: Task
     pre: Prepared
-    cfg: EvalConfig
+    run: EvalRun
     fut: Future
     key: Optional[str]
     prebuild_s: float = 0.0
@@ -169,7 +169,7 @@ class _Queue:
         self._seq = itertools.count()
 
     def put(self, job: object) -> None:
-        rank = float("inf") if job is _STOP else job.cfg.priority  # type: ignore[attr-defined]
+        rank = float("inf") if job is _STOP else job.run.priority  # type: ignore[attr-defined]
         self._q.put((rank, next(self._seq), job))
 
     def get(self) -> object:
@@ -218,22 +218,22 @@ class EvalPool:
 
     # -- public ---------------------------------------------------------------------------------
 
-    def submit(self, task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None) -> Future:
+    def submit(self, task: Task, candidate_text: str, run: Optional[EvalRun] = None) -> Future:
         """Queue one candidate; the Future gives its EvalResult (or GPUUnavailableError)."""
-        cfg = replace(cfg or EvalConfig())
-        cfg.device = validate_device(cfg.device, cfg.compile_only)
-        if device_key(cfg.device) not in self._device_q:
-            raise ValueError(f"device {cfg.device} is not in this pool ({', '.join(self._device_q)})")
+        run = run or EvalRun()
+        run = run.but(device=validate_device(run.device, run.config.compile_only))
+        if device_key(run.device) not in self._device_q:
+            raise ValueError(f"device {run.device} is not in this pool ({', '.join(self._device_q)})")
         with self._lock:
             self.stats.submitted += 1
-        pre = precheck(task, candidate_text, cfg)
+        pre = precheck(task, candidate_text, run)
         if isinstance(pre, EvalResult):
             with self._lock:
                 self.stats.decided_before_sandbox += 1
             done: Future = Future()
             done.set_result(pre)
             return done
-        key = result_key(task, pre.code_hash, cfg) if self.config.dedupe else None
+        key = result_key(task, pre.code_hash, run) if self.config.dedupe else None
         if key is not None:
             mine, work = self._links.claim(key)
             if work is None:
@@ -242,16 +242,16 @@ class EvalPool:
                 return mine
         else:
             mine = work = Future()
-        job = _Job(task=task, pre=pre, cfg=cfg, fut=work, key=key)
-        if self.config.prebuild and not cfg.compile_only and builds_extension(pre.code):
+        job = _Job(task=task, pre=pre, run=run, fut=work, key=key)
+        if self.config.prebuild and not run.config.compile_only and builds_extension(pre.code):
             self._compile_q.put(job)
         else:
-            self._device_q[device_key(cfg.device)].put(job)
+            self._device_q[device_key(run.device)].put(job)
         return mine
 
-    def evaluate(self, task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None) -> EvalResult:
+    def evaluate(self, task: Task, candidate_text: str, run: Optional[EvalRun] = None) -> EvalResult:
         """The executor interface: blocking, safe to call from many threads at once."""
-        return self.submit(task, candidate_text, cfg).result()
+        return self.submit(task, candidate_text, run).result()
 
     def snapshot(self) -> PoolStats:
         with self._lock:
@@ -318,7 +318,7 @@ class EvalPool:
     def _late(self, job: _Job) -> Optional[EvalResult]:
         """The cell's clock passed while the job queued: its record, and its key forgotten (a
         later duplicate, from a cell with time left, is judged afresh)."""
-        late = clock_ran_out(job.task, job.pre.code_hash, job.cfg)
+        late = clock_ran_out(job.task, job.pre.code_hash, job.run)
         if late is not None:
             if job.key is not None:
                 self._links.forget(job.key)
@@ -330,11 +330,11 @@ class EvalPool:
         late = self._late(job)
         if late is not None:
             return late
-        cfg = job.cfg
-        if cfg.device.startswith("cuda"):
+        run = job.run
+        if run.device.startswith("cuda"):
             # the build key includes the arch: build for the GPU the candidate will run on
-            cfg = replace(cfg, extra_env={**cfg.extra_env, "TORCH_CUDA_ARCH_LIST": self._arch_for(cfg.device)})
-        built = run_prepared(job.task, job.pre, cfg, slot.run, prebuild=True)
+            run = run.but(extra_env={**run.extra_env, "TORCH_CUDA_ARCH_LIST": self._arch_for(run.device)})
+        built = run_prepared(job.task, job.pre, run, slot.run, prebuild=True)
         with self._lock:
             self.stats.prebuilt += 1
         if built.verdict.build_failed:
@@ -344,17 +344,17 @@ class EvalPool:
         # Built (or something the evaluation must judge itself): on to the device slot, which
         # fills this job's future; _Handed tells the loop not to.
         job.prebuild_s = sum(s.seconds for s in built.stages)
-        self._device_q[device_key(job.cfg.device)].put(job)
+        self._device_q[device_key(job.run.device)].put(job)
         raise _Handed()
 
     def _evaluate_one(self, slot: Slot, job: _Job) -> EvalResult:
-        device = job.cfg.device
+        device = job.run.device
         if device in self._lost:
             raise GPUUnavailableError(device)
         late = self._late(job)
         if late is not None:
             return late
-        result = run_prepared(job.task, job.pre, job.cfg, slot.run)
+        result = run_prepared(job.task, job.pre, job.run, slot.run)
         with self._lock:
             self.stats.evaluated += 1
         if job.prebuild_s:
@@ -362,7 +362,7 @@ class EvalPool:
             result.stages.insert(0, Stage(name="prebuild", seconds=round(job.prebuild_s, 4), ok=True,
                                           detail="compile slot"))
         try:
-            return check_gpu_after(result, job.cfg)
+            return check_gpu_after(result, job.run)
         except GPUUnavailableError:
             self._lost.add(device)
             raise

@@ -37,12 +37,12 @@ import os
 import subprocess
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from kernelwright.device import visible_devices
 from kernelwright.errors import BadInput, GPUUnavailableError
-from kernelwright.evaluate.evaluator import EvalConfig, Prepared, check_gpu_after, clock_ran_out, precheck, run_prepared
+from kernelwright.evaluate.evaluator import EvalRun, Prepared, check_gpu_after, clock_ran_out, precheck, run_prepared
 from kernelwright.executors.dedupe import LinkTable, result_key
 from kernelwright.executors.pool import builds_extension
 from kernelwright.records import EvalResult, Task
@@ -58,9 +58,9 @@ def _node_id() -> str:
     return ray.get_runtime_context().get_node_id()
 
 
-def _prebuild(task: Task, pre: Prepared, cfg: EvalConfig, env: dict[str, str]) -> tuple[EvalResult, str]:
-    cfg = replace(cfg, extra_env={**cfg.extra_env, **env})
-    return run_prepared(task, pre, cfg, prebuild=True), _node_id()
+def _prebuild(task: Task, pre: Prepared, run: EvalRun, env: dict[str, str]) -> tuple[EvalResult, str]:
+    run = run.but(extra_env={**run.extra_env, **env})
+    return run_prepared(task, pre, run, prebuild=True), _node_id()
 
 
 def _place() -> str:
@@ -71,12 +71,11 @@ def _place() -> str:
     return _node_id() + ("/" + ",".join(str(g) for g in gpus) if gpus else "")
 
 
-def _evaluate(task: Task, pre: Prepared, cfg: EvalConfig) -> tuple[EvalResult, str]:
-    cfg = replace(cfg)
-    if cfg.device.startswith("cuda"):
-        cfg.device = "cuda:0"  # the one GPU Ray gave this task (CUDA_VISIBLE_DEVICES)
+def _evaluate(task: Task, pre: Prepared, run: EvalRun) -> tuple[EvalResult, str]:
+    if run.device.startswith("cuda"):
+        run = run.but(device="cuda:0")  # the one GPU Ray gave this task (CUDA_VISIBLE_DEVICES)
     try:
-        result = check_gpu_after(run_prepared(task, pre, cfg), cfg)
+        result = check_gpu_after(run_prepared(task, pre, run), run)
     except GPUUnavailableError as e:
         raise RemoteGPUError(f"on {_place()}: {e}") from None
     return result, _place()
@@ -198,27 +197,27 @@ class RayExecutor:
         self._lock = threading.Lock()
         self.stats = RayStats()
 
-    def evaluate(self, task: Task, candidate_text: str, cfg: Optional[EvalConfig] = None) -> EvalResult:
-        cfg = replace(cfg or EvalConfig())
+    def evaluate(self, task: Task, candidate_text: str, run: Optional[EvalRun] = None) -> EvalResult:
+        run = run or EvalRun()
         self._count("submitted")
-        pre = precheck(task, candidate_text, cfg)
+        pre = precheck(task, candidate_text, run)
         if isinstance(pre, EvalResult):
             self._count("decided_before_ray")
             return pre
         # a cell's clock is this machine's monotonic time: asked here, before the job leaves (the
         # wait in Ray's own queue is not covered), and never shipped to a worker's clock
-        late = clock_ran_out(task, pre.code_hash, cfg)
+        late = clock_ran_out(task, pre.code_hash, run)
         if late is not None:
             return late
-        cfg = replace(cfg, deadline=None)
-        mine, work = self._links.claim(result_key(task, pre.code_hash, cfg))
+        run = run.but(deadline=None)
+        mine, work = self._links.claim(result_key(task, pre.code_hash, run))
         if work is None:
             self._count("linked_duplicates")
             return mine.result()
         try:
-            work.set_result(self._run(task, pre, cfg))
+            work.set_result(self._run(task, pre, run))
         except BaseException as e:  # noqa: BLE001 - a later duplicate is evaluated afresh
-            self._links.forget(result_key(task, pre.code_hash, cfg))
+            self._links.forget(result_key(task, pre.code_hash, run))
             work.set_exception(e)
         return mine.result()
 
@@ -238,18 +237,18 @@ class RayExecutor:
                 self._cuda_arch = self._ray.get(self._arch_task.options(num_gpus=self.gpu_share, num_cpus=0).remote())
             return self._cuda_arch
 
-    def _run(self, task: Task, pre: Prepared, cfg: EvalConfig) -> EvalResult:
+    def _run(self, task: Task, pre: Prepared, run: EvalRun) -> EvalResult:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        ray, gpu = self._ray, cfg.device.startswith("cuda")
+        ray, gpu = self._ray, run.device.startswith("cuda")
         strategy: Any = "DEFAULT"
-        if not cfg.compile_only and builds_extension(pre.code):
+        if not run.config.compile_only and builds_extension(pre.code):
             env = {"MAX_JOBS": str(self.build_cpus)}
             if gpu:
                 # the build key includes the arch; builds never need the GPU itself
                 env.update({"TORCH_CUDA_ARCH_LIST": self._arch(), "CUDA_VISIBLE_DEVICES": ""})
             built, node = ray.get(self._prebuild.options(num_cpus=self.build_cpus, max_retries=self.max_retries)
-                                  .remote(task, pre, cfg, env))
+                                  .remote(task, pre, run, env))
             self._count("prebuilt")
             if built.verdict.build_failed:
                 self._count("decided_at_build")
@@ -257,8 +256,8 @@ class RayExecutor:
             strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=True)
         try:
             result, place = ray.get(self._evaluate.options(
-                **self.eval_resources(cfg), max_retries=self.max_retries, scheduling_strategy=strategy)
-                .remote(task, pre, cfg))
+                **self.eval_resources(run), max_retries=self.max_retries, scheduling_strategy=strategy)
+                .remote(task, pre, run))
         except RemoteGPUError:
             raise
         except ray.exceptions.RayTaskError as e:
@@ -274,9 +273,9 @@ class RayExecutor:
                 self.stats.by_gpu[place] = self.stats.by_gpu.get(place, 0) + 1
         return result
 
-    def eval_resources(self, cfg: EvalConfig) -> dict[str, float]:
+    def eval_resources(self, run: EvalRun) -> dict[str, float]:
         """What an evaluation asks of Ray: a CPU, and its share of a GPU when it runs on one."""
-        on_gpu = cfg.device.startswith("cuda") and not cfg.compile_only
+        on_gpu = run.device.startswith("cuda") and not run.config.compile_only
         return {"num_cpus": 1, "num_gpus": self.gpu_share if on_gpu else 0}
 
     def layout(self) -> str:

@@ -126,13 +126,13 @@ def resolve_device(device: Optional[str]) -> str:
         raise InputError(str(e)) from None
 
 
-def eval_config(opts: Any) -> Any:
-    """The evaluator's settings for an optimize run (an optimize Options); bad values are bad input."""
-    from kernelwright.evaluate import EvalConfig, EvaluatorError
+def eval_run(opts: Any) -> Any:
+    """How and where an optimize run (an optimize Options) evaluates; bad values are bad input."""
+    from kernelwright.evaluate import EvalConfig, EvalRun, EvaluatorError
 
     try:
-        return EvalConfig(device=opts.device, timeout=opts.eval_timeout, iters=opts.iters, time=opts.time,
-                          size=opts.size)
+        return EvalRun(EvalConfig(timeout=opts.eval_timeout, iters=opts.iters, time=opts.time, size=opts.size),
+                       device=opts.device)
     except EvaluatorError as e:
         raise InputError(str(e)) from None
 

@@ -54,7 +54,7 @@ def prepare(file: str, *, inputs: Optional[str] = None, init_inputs: Optional[st
     inp.check_writable(folder)
     opts = Options(regime=defaults.default_regime(regime), device=dev, target=tgt,
                    scaffold=defaults.default_scaffold(settings.get("model"), scaffold), **settings)
-    inp.eval_config(opts)  # bad evaluator options fail here, before any profiling
+    inp.eval_run(opts)  # bad evaluator options fail here, before any profiling
     check_runnable(parse_regime(opts.regime, target=tgt))  # a bad spec fails here, not after the profiling
     checked = inp.check_runs(task, dev, size=size)
     # after the module is known to run: on a GPU this plans it in a child

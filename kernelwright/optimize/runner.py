@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Optional
 
 from kernelwright.errors import EXIT_BAD_INPUT, EXIT_FASTER, EXIT_GPU_GONE, EXIT_INTERRUPTED, EXIT_NOT_FASTER
-from kernelwright.evaluate import EvaluatorError, GPUUnavailableError
+from kernelwright.evaluate import EvalRun, EvaluatorError, GPUUnavailableError
 from kernelwright.events import Event, Round, Routed, Step
 from kernelwright.executors.base import make_executor, opened
 from kernelwright.llm.base import Backend, BackendError, first_line
 from kernelwright.llm.budget import Budget, BudgetedBackend, BudgetSpent
 from kernelwright.measure.timing import compile_misbehaves
 from kernelwright.optimize import baseline as baseline_mod
-from kernelwright.optimize.inputs import InputError, eval_config
+from kernelwright.optimize.inputs import InputError, eval_run
 from kernelwright.optimize.types import Baseline, Options, Outcome
 from kernelwright.prompts.facts import PromptFacts
 from kernelwright.records import Attempt, Task
@@ -34,7 +34,6 @@ from kernelwright.strategies import parse_regime, run_regime, selection
 from kernelwright.strategies.base import ProgressFn
 from kernelwright.study.cell_log import CellLog
 from kernelwright.study.log import ATTEMPTS, CELLS, MANIFEST
-from kernelwright.study.spec import EvalSettings
 
 LATER_ROUND_TEMPERATURE = 0.7
 MIN_BASELINE_S = 30.0
@@ -67,15 +66,14 @@ def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget:
     outcome.baseline = _baselines(task, opts, budget, progress)
 
     attempts: list[Attempt] = []
-    eval_cfg = eval_config(opts)
+    run = eval_run(opts)
     # the search ends early enough to time torch.compile beside the kept candidate (_beside_compile)
     search = budget.less(closing_s(budget, outcome.baseline))
     # every round is a cell of a one-task study folder (study/cell_log.py): `study report` reads it
-    log = CellLog(out_dir, task, backend.model, opts.device, EvalSettings(**{
-        k: getattr(eval_cfg, k) for k in EvalSettings.model_fields}), model_spec=opts.model, kind="optimize",
-        executor=opts.executor)
+    log = CellLog(out_dir, task, backend.model, opts.device, run.config, model_spec=opts.model, kind="optimize",
+                  executor=opts.executor)
     try:
-        _rounds(task, opts, BudgetedBackend(backend, search), search, eval_cfg, log, facts, outcome, attempts,
+        _rounds(task, opts, BudgetedBackend(backend, search), search, run, log, facts, outcome, attempts,
                 progress)
     except GPUUnavailableError as e:
         outcome.stopped, outcome.error, outcome.exit_code = "error", str(e), EXIT_GPU_GONE
@@ -87,7 +85,7 @@ def optimize(task: Task, opts: Options, backend: Backend, out_dir: Path, budget:
     beside = None
     if outcome.exit_code in (EXIT_FASTER, EXIT_NOT_FASTER):
         try:
-            beside = _beside_compile(task, attempts, eval_cfg, budget, progress)
+            beside = _beside_compile(task, attempts, run, budget, progress)
         except GPUUnavailableError as e:  # the kept candidate was verified before: it is still kept
             outcome.stopped, outcome.error, outcome.exit_code = "error", str(e), EXIT_GPU_GONE
         except KeyboardInterrupt:
@@ -125,7 +123,7 @@ def _baselines(task: Task, opts: Options, budget: Budget, progress: ProgressFn) 
                                 timeout=max(MIN_BASELINE_S, min(opts.baseline_timeout, budget.left())), size=opts.size)
 
 
-def _rounds(task: Task, opts: Options, model: Backend, search: Budget, eval_cfg, log: CellLog, facts: PromptFacts,
+def _rounds(task: Task, opts: Options, model: Backend, search: Budget, run: EvalRun, log: CellLog, facts: PromptFacts,
             outcome: Outcome, attempts: list[Attempt], progress: ProgressFn) -> None:
     """Rounds of the regime, each a cell of `log`, until a goal candidate, the round limit or the
     search's budget; every attempt lands in `attempts` as it is made. Errors other than a spent
@@ -151,7 +149,7 @@ def _rounds(task: Task, opts: Options, model: Backend, search: Budget, eval_cfg,
                     attempts.append(a)
                     cell.sink(a)  # one fsynced line per attempt: an interrupted run keeps what it did
 
-                run_regime(task, model, config, eval_cfg, sink=sink, progress=watch,
+                run_regime(task, model, config, run, sink=sink, progress=watch,
                            analysis_provider=lambda t: facts, config_hash=cell.config_hash, cell_sink=cell.finish,
                            executor=executor)
                 if any(selection.is_goal(a.eval) for a in attempts):
@@ -182,7 +180,7 @@ def _round_config(opts: Options, r: int):
                         **({"temperature": LATER_ROUND_TEMPERATURE} if r else {}))
 
 
-def _beside_compile(task: Task, attempts: list[Attempt], eval_cfg, budget: Budget, progress: ProgressFn):
+def _beside_compile(task: Task, attempts: list[Attempt], run: EvalRun, budget: Budget, progress: ProgressFn):
     """The kept candidate evaluated once more with torch.compile(reference) timed beside it by the
     judge, under the evaluator's own protocol (cold caches, fresh inputs, copies in and out): the
     ratio a user would see. Chaining the baselines' torch.compile / eager (one warm process) with the
@@ -190,17 +188,15 @@ def _beside_compile(task: Task, attempts: list[Attempt], eval_cfg, budget: Budge
     (0.17 ms, torch.compile 0.36) was reported at 0.2x torch.compile. None where
     nothing correct was kept, the run is not timed, or the budget is spent (the search leaves it
     closing_s: CLOSING_S or torch.compile's own time and more, a sixth of a short budget at most)."""
-    from dataclasses import replace
-
     from kernelwright.evaluate import evaluate
 
     best = selection.select(attempts)
     code = (best.repaired_code or best.code) if best is not None else None
-    if code is None or selection.tier(best.eval) < 2 or not eval_cfg.time or budget.spent():
+    if code is None or selection.tier(best.eval) < 2 or not run.config.time or budget.spent():
         return None
     progress(Step("timing the kept candidate beside torch.compile"))
     try:
-        return evaluate(task, code, replace(eval_cfg, compile_baseline=True, second_shape=False))
+        return evaluate(task, code, run.but(compile_baseline=True, second_shape=False))
     except GPUUnavailableError:
         raise
     except EvaluatorError as e:  # the chained ratio stands; the report says which

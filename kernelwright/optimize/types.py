@@ -7,7 +7,7 @@ from typing import Optional
 from pydantic import BaseModel
 
 from kernelwright.errors import EXIT_NOT_FASTER
-from kernelwright.evaluate.evaluator import EvalConfig
+from kernelwright.evaluate.config import EVAL_DEFAULTS
 from kernelwright.records import TimingStats
 from kernelwright.strategies.defaults import DEFAULT_REGIME
 
@@ -31,12 +31,12 @@ class Options(BaseModel):
     seed: int = 0
     max_tokens: int = 1024
     scaffold: bool = True
-    eval_timeout: float = EvalConfig.timeout
-    iters: int = EvalConfig.iters
+    eval_timeout: float = EVAL_DEFAULTS.timeout
+    iters: int = EVAL_DEFAULTS.iters
     time: bool = True  # off only in tests whose replayed prompts must not depend on timings
     baseline_timeout: float = 300.0
     executor: str = "direct"  # where candidates are evaluated (executors/): direct, local (the pool) or ray
-    size: str = EvalConfig.size  # the problem size (tasks/sizing.py); the task arrives sized to it
+    size: str = EVAL_DEFAULTS.size  # the problem size (tasks/sizing.py); the task arrives sized to it
 
 
 class Baseline(BaseModel):

@@ -10,7 +10,7 @@ import importlib
 import time
 from typing import Any, Callable, Optional
 
-from kernelwright.evaluate import EvalConfig
+from kernelwright.evaluate.config import EvalRun
 from kernelwright.executors.base import Direct, Executor
 from kernelwright.llm.base import Backend
 from kernelwright.llm.budget import BudgetSpent
@@ -36,7 +36,7 @@ def load_regime(name: str) -> Callable[[RunContext], None]:
     return getattr(importlib.import_module(module), fn)
 
 
-def run_regime(task: Task, backend: Backend, config: RegimeConfig, eval_config: EvalConfig, *,
+def run_regime(task: Task, backend: Backend, config: RegimeConfig, eval_run: EvalRun, *,
                sink: Callable[[Attempt], None] = lambda a: None, progress: ProgressFn = lambda e: None,
                analysis_provider: Optional[Callable[[Task], Any]] = None, config_hash: Optional[str] = None,
                cell_sink: Optional[Callable[[Cell], None]] = None, executor: Optional[Executor] = None) -> Cell:
@@ -44,9 +44,9 @@ def run_regime(task: Task, backend: Backend, config: RegimeConfig, eval_config: 
     (a spent budget, an interrupt, a backend error): the attempts made so far and the pick among
     them, with the reason saying it stopped; the exception still propagates. Candidates are
     evaluated by `executor` (default: executors.base.Direct, a sandboxed child each)."""
-    chash = config_hash or config.config_hash(backend.model, {"device": eval_config.device})
+    chash = config_hash or config.config_hash(backend.model, {"device": eval_run.device})
     key = f"{chash}/{config.spec}/{task.id}"
-    ctx = RunContext(task=task, backend=backend, config=config, eval_config=eval_config, cell_key=key,
+    ctx = RunContext(task=task, backend=backend, config=config, eval_run=eval_run, cell_key=key,
                      sink=sink, progress=progress, analysis_provider=analysis_provider,
                      executor=executor or Direct())
     started = time.monotonic()

@@ -16,12 +16,11 @@ import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from kernelwright import prompts
-from kernelwright.device import resolve_size
-from kernelwright.evaluate import EvalConfig
+from kernelwright.evaluate.config import EvalRun
 from kernelwright.events import Asking, Evaluating, EventFn, Generating, Judged, NoScaffold
 from kernelwright.executors.base import Direct, Executor
 from kernelwright.extract import extract_code
@@ -45,7 +44,7 @@ class RunContext:
     task: Task
     backend: Backend
     config: RegimeConfig
-    eval_config: EvalConfig
+    eval_run: EvalRun  # how and where every candidate is evaluated
     cell_key: str
     sink: Callable[[Attempt], None] = lambda a: None  # called once per attempt, as it finishes
     progress: ProgressFn = lambda event: None
@@ -64,7 +63,7 @@ class RunContext:
         if self._analysis is None:
             from kernelwright.prompts.facts import PromptFacts, analyze_for_prompts
 
-            provider = self.analysis_provider or (lambda t: analyze_for_prompts(t, self.eval_config.device))
+            provider = self.analysis_provider or (lambda t: analyze_for_prompts(t, self.eval_run.device))
             got = provider(self.task)
             self._analysis = got if isinstance(got, PromptFacts) else PromptFacts.from_analysis(got)
         return self._analysis
@@ -82,9 +81,8 @@ class RunContext:
         if self._scaffold is None:
             from kernelwright.scaffold import ScaffoldError, build
 
-            size = resolve_size(self.eval_config.device, self.eval_config.size)
             try:
-                sc = build(self.task, self.target, size, device=self.eval_config.device)
+                sc = build(self.task, self.target, self.eval_run.size, device=self.eval_run.device)
                 available, reason = sc.available, sc.reason
             except ScaffoldError as e:  # planning timed out
                 available, reason = False, str(e)
@@ -195,9 +193,9 @@ class RunContext:
 
         return Prepared(code, ground(code, self.target), extra)
 
-    def evaluate(self, code: str, config: Optional[EvalConfig] = None) -> EvalResult:
-        """One program judged by the run's executor, under `config` (default: the run's)."""
-        return self.executor.evaluate(self.task, code, replace(config if config is not None else self.eval_config))
+    def evaluate(self, code: str, run: Optional[EvalRun] = None) -> EvalResult:
+        """One program judged by the run's executor, as `run` asks (default: the run's own)."""
+        return self.executor.evaluate(self.task, code, run if run is not None else self.eval_run)
 
     def evaluate_many(self, codes: list[Optional[str]], turn: int) -> list[EvalResult]:
         """Programs judged side by side (config.eval_workers at once); None, an answer without

@@ -18,18 +18,19 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from kernelwright.evaluate.config import EvalConfig
 from kernelwright.records import Attempt, Cell, Task
 from kernelwright.strategies.config import RegimeConfig
 from kernelwright.study.log import ATTEMPTS, CELLS, append_record, sole_writer
 from kernelwright.study.manifest import finish_invocation, record_invocation
 from kernelwright.study.records import StudyAttempt, StudyCell
-from kernelwright.study.spec import EvalSettings, StudySpec
+from kernelwright.study.spec import StudySpec
 
 
 class CellLog:
     """Writes the cells of one invocation into `folder` (see the module doc)."""
 
-    def __init__(self, folder: Path, task: Task, model: str, device: str, eval_settings: EvalSettings, *,
+    def __init__(self, folder: Path, task: Task, model: str, device: str, eval_settings: EvalConfig, *,
                  model_spec: str | None, kind: str, executor: str = "direct") -> None:
         self.folder, self.task, self.model, self.device, self.kind = folder, task, model, device, kind
         self.spec_args = {"out": folder, "model": model_spec, "tasks": [task.path or task.id], "devices": [device],

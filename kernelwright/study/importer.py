@@ -33,6 +33,7 @@ from typing import Any
 
 from kernelwright.device import device_kind
 from kernelwright.errors import BadInput
+from kernelwright.evaluate.config import EvalConfig, EvalRun
 from kernelwright.executors.base import Executor, make_executor, opened
 from kernelwright.records import Attempt, Cell, Task, Verdict, sha256_text
 from kernelwright.study.log import sole_writer
@@ -44,7 +45,6 @@ from kernelwright.study.runner import (
     is_done,
     run_jobs,
 )
-from kernelwright.study.spec import EvalSettings
 from kernelwright.tasks import TaskFailure, resolve_tasks, task_number
 
 
@@ -157,7 +157,7 @@ def _attempt(key: str, regime: str, task: Task, c: Imported, result) -> Attempt:
     )  # fmt: skip
 
 
-def _work(key: str, regime: str, chash: str, task: Task, cands: list[Imported], settings: EvalSettings,
+def _work(key: str, regime: str, chash: str, task: Task, cands: list[Imported], settings: EvalConfig,
           cache_dir: str | None):
     def work(device: str, sink, executor: Executor) -> Cell:
         from kernelwright.strategies import selection
@@ -166,7 +166,7 @@ def _work(key: str, regime: str, chash: str, task: Task, cands: list[Imported], 
         for c in cands:
             # the separately published code when there is one, else the answer as published
             result = executor.evaluate(task, c.code if c.code is not None else c.raw,
-                                       settings.to_config(device, cache_dir))
+                                       EvalRun(settings, device=device, cache_dir=cache_dir))
             a = _attempt(key, regime, task, c, result)
             attempts.append(a)
             sink(a)
@@ -181,7 +181,7 @@ def _work(key: str, regime: str, chash: str, task: Task, cands: list[Imported], 
     return work
 
 
-def plan_import(candidates: list[Imported], tasks: list, label: str, settings: EvalSettings, kind: str,
+def plan_import(candidates: list[Imported], tasks: list, label: str, settings: EvalConfig, kind: str,
                 cache_dir: str | None) -> tuple[list[CellJob], str]:
     regime = f"import:{label}"
     payload = {"import": label, "device": kind, "eval": settings.keyed()}
@@ -229,14 +229,14 @@ def plan_import(candidates: list[Imported], tasks: list, label: str, settings: E
 
 
 def import_study(inputs: Sequence[Path], task_specs: list[str], out: Path, *, label: str | None = None,
-                 settings: EvalSettings | None = None, devices: Sequence[str] = ("cpu",),
+                 settings: EvalConfig | None = None, devices: Sequence[str] = ("cpu",),
                  cache_dir: str | None = None, jobs: int = 0, retry_failed: bool = False, executor: str = "local",
                  on_event: EventFn = lambda e: None, on_plan=lambda s: None) -> RunSummary:
     from kernelwright.device import validate_device
     from kernelwright.study.log import read_cells
     from kernelwright.study.manifest import record_invocation
 
-    settings = settings or EvalSettings()
+    settings = settings or EvalConfig()
     for d in devices:
         validate_device(d, settings.compile_only)
     label = label or Path(inputs[0]).stem

@@ -37,7 +37,7 @@ from typing import Any
 
 from kernelwright.device import DeviceLock
 from kernelwright.errors import BadInput
-from kernelwright.evaluate import EvalConfig, GPUUnavailableError
+from kernelwright.evaluate import EvalRun, GPUUnavailableError
 from kernelwright.events import AttemptDone, CellDone, CellSkipped, CellStarted, EventFn, ExecutorReady
 from kernelwright.executors.base import Executor
 from kernelwright.llm.base import Backend, ServerUnreachable
@@ -324,7 +324,7 @@ def run_jobs(jobs: Sequence[CellJob], folder: Path, slots: DeviceSlots, concurre
 # -- planning a study --------------------------------------------------------------------------------
 
 
-def fixed_cell(key: str, regime: str, task: Task, candidates: Sequence[tuple[str, str]], cfg: EvalConfig) -> CellJob:
+def fixed_cell(key: str, regime: str, task: Task, candidates: Sequence[tuple[str, str]], run: EvalRun) -> CellJob:
     """A cell whose candidates are given, not generated: each (label, program) evaluated in turn
     through the study's executor and logged as an attempt (the label as its response), the cell's
     verdict its best attempt's. What benchmarks and tests of the executors run, with the study log's
@@ -335,7 +335,7 @@ def fixed_cell(key: str, regime: str, task: Task, candidates: Sequence[tuple[str
         attempts = []
         for i, (label, text) in enumerate(candidates):
             attempt = Attempt(id=f"{key}/t0/s{i}", task_id=task.id, regime=regime, turn=0, sample=i, prompt_hash="-",
-                              messages=[], raw_response=label, eval=executor.evaluate(task, text, cfg))
+                              messages=[], raw_response=label, eval=executor.evaluate(task, text, run))
             sink(attempt)
             attempts.append(attempt)
         best = selection.select(attempts)
@@ -372,14 +372,15 @@ def plan_jobs(spec: StudySpec, backend: Backend, tasks: Sequence[TaskOrFailure],
                     # them, why it stopped), recorded as any other. The clock covers the wait for
                     # the judge too: an evaluation not begun by then is recorded not_built, so
                     # cells that share one device and one model end near their clock.
-                    cfg = spec.eval.to_config(device, spec.cache_dir)
                     model: Backend = backend
+                    deadline = None
                     if spec.cell_minutes is not None:
                         clock = Budget(spec.cell_minutes, label=CLOCK)
-                        model, cfg.deadline = BudgetedBackend(backend, clock), clock.deadline
+                        model, deadline = BudgetedBackend(backend, clock), clock.deadline
+                    run = EvalRun(spec.eval, device=device, cache_dir=spec.cache_dir, deadline=deadline)
                     ended: list[Cell] = []
                     try:
-                        return run_regime(task, model, config, cfg, sink=sink,
+                        return run_regime(task, model, config, run, sink=sink,
                                           analysis_provider=facts, config_hash=chash, cell_sink=ended.append,
                                           executor=executor)
                     except BudgetSpent:
@@ -412,12 +413,12 @@ def prefetch_scaffold_plans(spec: StudySpec, todo: Sequence[CellJob], tasks: Seq
     wanted = {j.task_id for j in todo if j.scaffold}
     if spec.executor != "local" or not wanted:
         return
-    from kernelwright.device import available_cores, resolve_size
+    from kernelwright.device import available_cores
     from kernelwright.scaffold import ScaffoldError, plan_task
 
     todo_tasks = [t for t in tasks if isinstance(t, Task) and t.id in wanted]
     device = spec.devices[0]
-    size = resolve_size(device, spec.eval.size)
+    size = spec.eval.size_on(device)
 
     def plan(task: Task) -> None:
         try:

@@ -37,8 +37,8 @@ from pydantic import (
 )
 
 from kernelwright.device import device_key, device_kind
-from kernelwright.errors import BadInput
-from kernelwright.evaluate.evaluator import EvalConfig
+from kernelwright.errors import BadInput, EvaluatorError
+from kernelwright.evaluate.config import EvalConfig
 from kernelwright.executors.base import EXECUTORS
 from kernelwright.strategies import defaults
 from kernelwright.strategies.config import RegimeConfig, RegimeError, parse_regime
@@ -51,51 +51,6 @@ else:  # pragma: no cover - Python 3.10
 
 class StudySpecError(BadInput, ValueError):
     """A study file or flag that cannot be used; the message is one line."""
-
-
-class EvalSettings(BaseModel):
-    """The evaluator settings of a study (kernelwright.evaluate.EvalConfig minus where it runs)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    # the defaults are EvalConfig's own (one place for them)
-    timeout: float = EvalConfig.timeout
-    trials: int = EvalConfig.trials
-    seed: int = EvalConfig.seed
-    atol: float | None = EvalConfig.atol
-    rtol: float | None = EvalConfig.rtol
-    warmup: int = EvalConfig.warmup
-    iters: int = EvalConfig.iters
-    input_sets: int = EvalConfig.input_sets
-    time: bool = EvalConfig.time
-    size: str = EvalConfig.size
-    compile_only: bool = EvalConfig.compile_only
-    compile_baseline: bool = EvalConfig.compile_baseline  # also time torch.compile(reference): fast_1 vs torch.compile
-    compat: str = EvalConfig.compat  # or "kernelbench": KernelBench's definitions (EvalConfig.compat)
-
-    def keyed(self) -> dict:
-        """The settings as cell keys hash them: a setting added later is left out at its default, so
-        folders written before it keep their keys (and their recorded cells)."""
-        out = self.model_dump(mode="json")
-        if out["compat"] == "kernelwright":
-            del out["compat"]
-        return out
-
-    def to_config(self, device: str, cache_dir: str | None):
-        from kernelwright.evaluate import EvalConfig
-
-        return EvalConfig(device=device, cache_dir=cache_dir, **self.model_dump())
-
-    @model_validator(mode="after")
-    def _valid_for_the_evaluator(self) -> "EvalSettings":
-        # EvalConfig holds the rules; checked when the spec loads, not when the first cell runs
-        from kernelwright.evaluate import EvaluatorError
-
-        try:
-            self.to_config("cpu", None)
-        except EvaluatorError as e:
-            raise ValueError(str(e)) from None
-        return self
 
 
 class StudySpec(BaseModel):
@@ -122,7 +77,7 @@ class StudySpec(BaseModel):
     # computes, so it is in the config hash (when set). Wall time: a cell that waits for a shared
     # model or device gets less done in it, so it is a study's condition, stated in its report.
     cell_minutes: float | None = None
-    eval: EvalSettings = Field(default_factory=EvalSettings)
+    eval: EvalConfig = Field(default_factory=EvalConfig)  # what is judged and how: keyed (EvalConfig.keyed)
     # Folder of recorded task facts (strategies.facts.PromptFacts); missing ones are computed and
     # saved there. Default: <out>/facts. Copies of the facts used always land in <out>/facts, so
     # the report can read the roofline floor from the study folder alone.
@@ -310,3 +265,5 @@ def _validated(data: dict[str, Any]) -> StudySpec:
         raise StudySpecError(_one_line(e)) from None
     except RegimeError as e:  # raised by parse_regime in a derived call
         raise StudySpecError(str(e)) from None
+    except EvaluatorError as e:  # the [eval] table's own check (EvalConfig), one line already
+        raise StudySpecError(f"eval: {e}") from None

@@ -99,7 +99,7 @@ def test_study_import_in_kernelbench_mode_says_so(tmp_path, build_cache):
 
 
 def test_the_mode_is_in_the_cell_key_but_old_keys_stay():
-    from kernelwright.study.spec import EvalSettings
+    from kernelwright.evaluate import EvalConfig
 
-    assert "compat" not in EvalSettings().keyed()  # folders written before the option keep their cells
-    assert EvalSettings(compat="kernelbench").keyed()["compat"] == "kernelbench"
+    assert "compat" not in EvalConfig().keyed()  # folders written before the option keep their cells
+    assert EvalConfig(compat="kernelbench").keyed()["compat"] == "kernelbench"

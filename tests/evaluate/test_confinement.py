@@ -295,11 +295,11 @@ def test_the_worker_dies_with_the_evaluating_process(fast_cfg, tmp_path):
     mark = uuid.uuid4().hex
     program = (
         "import sys\n"
-        "from kernelwright.evaluate import EvalConfig, evaluate\n"
+        "from kernelwright.evaluate import EvalRun, evaluate\n"
         "from kernelwright.tasks import load_task\n"
         f"task = load_task({str(TASKS / 'bias_relu.py')!r})\n"
         f"text = open({str(CANDIDATES / 'cpu' / 'spin_python.py')!r}).read()\n"
-        f"evaluate(task, text, EvalConfig(timeout=600, static_checks=False, cache_dir={str(tmp_path)!r},\n"
+        f"evaluate(task, text, EvalRun.of(timeout=600, static_checks=False, cache_dir={str(tmp_path)!r},\n"
         f"         extra_env={{'KW_CONFINE_TEST': {mark!r}}}))\n"
     )
     parent = subprocess.Popen([sys.executable, "-c", program], env={**os.environ, "PYTHONPATH": str(Path.cwd())},
@@ -335,12 +335,12 @@ def test_openmp_threads_sleep_between_the_judges_calls(monkeypatch):
     """The worker's environment (the judge's and its runners') makes OpenMP threads sleep after a
     parallel region, whatever the caller's setting: spinning threads of one process took the cores
     another's timed call needed. An evaluation's extra_env still decides."""
-    from kernelwright.evaluate import EvalConfig
+    from kernelwright.evaluate import EvalRun
     from kernelwright.evaluate.evaluator import _environment
 
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    assert _environment(EvalConfig(device="cpu"), "cpu")["OMP_WAIT_POLICY"] == "PASSIVE"
-    cfg = EvalConfig(device="cpu", extra_env={"OMP_WAIT_POLICY": "ACTIVE"})
+    assert _environment(EvalRun(device="cpu"), "cpu")["OMP_WAIT_POLICY"] == "PASSIVE"
+    cfg = EvalRun.of(device="cpu", extra_env={"OMP_WAIT_POLICY": "ACTIVE"})
     assert _environment(cfg, "cpu")["OMP_WAIT_POLICY"] == "ACTIVE"
 
 

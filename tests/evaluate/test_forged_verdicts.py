@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelwright.evaluate.evaluator import EvalConfig, Prepared, precheck
+from kernelwright.evaluate.evaluator import EvalRun, Prepared, precheck
 from kernelwright.records import EvalResult, Verdict
 from kernelwright.tasks import load_task
 
@@ -43,7 +43,7 @@ def test_static_rules_on_forgers(name, static, dynamic, words):
     """What the static layer makes of each (no sandbox): a rebound json.dumps and the C++ forgers pass
     it, so the split decides."""
     task = load_task(str(TASKS / "bias_relu.py"))
-    pre = precheck(task, (HOSTILE / name).read_text(), EvalConfig())
+    pre = precheck(task, (HOSTILE / name).read_text(), EvalRun())
     if static is None:
         assert isinstance(pre, Prepared), pre
     else:

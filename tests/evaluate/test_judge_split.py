@@ -44,10 +44,11 @@ def test_a_reply_is_a_reply_or_nothing():
     ("reference_out_of_memory", "runtime_error", "runtime_error"), ("cheat", "cheat", "cheat"),
     ("compiled", "runtime_error", "runtime_error")])
 def test_a_runner_claims_only_losing_verdicts(claimed, at_import, later, tmp_path):
-    from kernelwright.evaluate.evaluator import EvalConfig, make_job
+    from kernelwright.evaluate.evaluator import EvalRun, make_job
     from kernelwright.tasks import load_task
 
-    job = make_job(load_task(str(TASKS / "bias_relu.py")), "", "h" * 64, EvalConfig(time=False, cache_dir=str(tmp_path)))
+    job = make_job(load_task(str(TASKS / "bias_relu.py")), "", "h" * 64,
+                   EvalRun.of(time=False, cache_dir=str(tmp_path)))
     judge = Judge(job, None, None)  # type: ignore[arg-type]
     reply = Reply(ok=False, kind="error", verdict=claimed, error="said so")
     assert judge._claim(reply, importing=True).verdict == at_import
@@ -199,18 +200,19 @@ def test_what_crosses_the_sandbox_is_a_typed_record(tmp_path):
     """The job the evaluator sends (EvalJob, or the builder's BuildJob) and the judge's closing
     message (JudgeResult) are records: the job reads back as itself, a build job by its kind, and a
     closing message that is not a result record is no result at all (never a verdict)."""
-    from kernelwright.evaluate.evaluator import EvalConfig, make_job
+    from kernelwright.evaluate.config import EVAL_DEFAULTS
+    from kernelwright.evaluate.evaluator import EvalRun, make_job
     from kernelwright.evaluate.sandbox import SandboxOutcome
     from kernelwright.records import BuildJob, BuildRequest, EvalJob, JudgeResult, parse_job
     from kernelwright.tasks import load_task
 
     task = load_task(str(TASKS / "bias_relu.py"))
-    job = make_job(task, "import torch\n", "h" * 64, EvalConfig(cache_dir=str(tmp_path)))
-    assert isinstance(job, EvalJob) and job.device == "cpu" and job.timing.iters == EvalConfig.iters
+    job = make_job(task, "import torch\n", "h" * 64, EvalRun.of(cache_dir=str(tmp_path)))
+    assert isinstance(job, EvalJob) and job.device == "cpu" and job.timing.iters == EVAL_DEFAULTS.iters
     assert parse_job(job.model_dump_json()) == job
     build = BuildJob(arch="", builds=[BuildRequest(key="k", arguments={"name": "m", "cpp_sources": "int f();"})])
     assert parse_job(build.model_dump_json()) == build
-    assert make_job(task, "x = 1\n", "h" * 64, EvalConfig(device="cuda", compile_only=True)).device == "cpu"
+    assert make_job(task, "x = 1\n", "h" * 64, EvalRun.of(device="cuda", compile_only=True)).device == "cpu"
 
     def outcome(*messages):
         return SandboxOutcome(messages=list(messages), returncode=0, timed_out=False, wall_s=0.0, output="",

@@ -132,7 +132,7 @@ def test_a_candidate_killed_at_the_memory_limit_is_out_of_memory_not_a_crash(tas
 
     if not offer().cgroup:
         pytest.skip("no cgroup here: the memory limit is RLIMIT_DATA, an allocation failure, tested above")
-    small = replace(cfg, memory_limit_mb=1024)
+    small = cfg.but(memory_limit_mb=1024)
     r = evaluate(task, GREEDY, small)
     assert r.verdict == Verdict.OUT_OF_MEMORY, (r.verdict, r.error)
     assert "memory limit of 1024 MB" in r.error and r.confinement.memory_limit_mb == 1024

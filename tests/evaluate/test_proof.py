@@ -34,14 +34,14 @@ def bias_relu():
 
 @pytest.fixture(scope="module")
 def proof_cfg(build_cache):
-    from kernelwright.evaluate import EvalConfig
+    from kernelwright.evaluate import EvalRun
 
     def make(**overrides):
         env = {"KERNELWRIGHT_SPOT_IN_256": "64", "KERNELWRIGHT_CACHE": str(build_cache)}
         base = dict(device="cpu", trials=3, warmup=3, iters=20, input_sets=4, timeout=300.0,
                     cache_dir=str(build_cache), extra_env=env)
         base.update(overrides)
-        return EvalConfig(**base)
+        return EvalRun.of(**base)
 
     return make
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from kernelwright.device import available_cores
 from kernelwright.evaluate import evaluate
-from kernelwright.evaluate.evaluator import EvalConfig, precheck, run_prepared
+from kernelwright.evaluate.evaluator import EvalRun, precheck, run_prepared
 from kernelwright.executors.dedupe import result_key
 from kernelwright.executors.pool import EvalPool, PoolConfig, Slot
 from kernelwright.records import NOT_JUDGED, Verdict
@@ -56,7 +55,7 @@ def test_pool_gives_the_evaluators_verdicts_and_links_duplicates(bias_relu, fast
     broken = results[4]
     assert not broken.compile_only and broken.device == "cpu" and not broken.compiled
     assert "expected" in (broken.error or "")
-    direct = evaluate(bias_relu, text("cpp_syntax_error.py"), replace(cfg))
+    direct = evaluate(bias_relu, text("cpp_syntax_error.py"), cfg)
     assert direct.verdict == broken.verdict and direct.error == broken.error
 
 
@@ -65,9 +64,9 @@ def test_slot_is_recycled_after_timeout_and_crash_and_the_next_verdict_is_clean(
     with EvalPool(PoolConfig(devices=["cpu"], compile_workers=1)) as pool:
         spin = pool.submit(bias_relu, text("spin_python.py"), cfg).result(timeout=300)
         # os._exit is a static violation first; with the rules off it reaches a process and crashes it
-        crash = pool.submit(bias_relu, text("os_exit.py"), replace(cfg, static_checks=False)).result(timeout=300)
+        crash = pool.submit(bias_relu, text("os_exit.py"), cfg.but(static_checks=False)).result(timeout=300)
         # its own limit: the short one is for the spin, and a loaded machine can take 20 s to time a call
-        after = pool.submit(bias_relu, text("torch_only.py"), replace(cfg, timeout=300.0)).result(timeout=600)
+        after = pool.submit(bias_relu, text("torch_only.py"), cfg.but(timeout=300.0)).result(timeout=600)
         stats = pool.snapshot()
     assert spin.verdict == Verdict.TIMEOUT and crash.verdict == Verdict.CRASH
     assert stats.recycled == 2
@@ -129,7 +128,7 @@ def test_queues_serve_the_lowest_priority_first_then_in_order_of_arrival():
     from kernelwright.executors.pool import _STOP, _Queue
 
     q = _Queue()
-    jobs = [SimpleNamespace(name=n, cfg=EvalConfig(priority=p)) for n, p in
+    jobs = [SimpleNamespace(name=n, run=EvalRun(priority=p)) for n, p in
             (("variant a", 1), ("first", 0), ("variant b", 1), ("second", 0))]
     q.put(jobs[0])
     q.put(_STOP)
@@ -140,13 +139,13 @@ def test_queues_serve_the_lowest_priority_first_then_in_order_of_arrival():
 
 
 def test_dedupe_key_is_task_code_and_settings(bias_relu):
-    cfg = EvalConfig(device="cpu")
+    cfg = EvalRun(device="cpu")
     key = result_key(bias_relu, "abc", cfg)
-    assert key == result_key(bias_relu, "abc", replace(cfg, keep_workdir=True))
-    assert key == result_key(bias_relu, "abc", replace(cfg, priority=1))  # when, not what
-    assert key == result_key(bias_relu, "abc", replace(cfg, deadline=12.5))  # whether, not what
+    assert key == result_key(bias_relu, "abc", cfg.but(keep_workdir=True))
+    assert key == result_key(bias_relu, "abc", cfg.but(priority=1))  # when, not what
+    assert key == result_key(bias_relu, "abc", cfg.but(deadline=12.5))  # whether, not what
     assert key != result_key(bias_relu, "abd", cfg)
-    assert key != result_key(bias_relu, "abc", replace(cfg, trials=3))
+    assert key != result_key(bias_relu, "abc", cfg.but(trials=3))
     other = load_task("builtin/L1/02_bias_add")
     assert key != result_key(other, "abc", cfg)
 
@@ -157,13 +156,13 @@ def test_a_candidate_queued_past_its_cells_clock_is_recorded_unjudged_and_not_li
     # deadline) is judged afresh, not handed the unjudged record
     cfg = fast_cfg()
     with EvalPool(PoolConfig(devices=["cpu"], prebuild=False)) as pool:
-        late = pool.submit(bias_relu, text("torch_only.py"), replace(cfg, deadline=time.monotonic() - 1)).result(300)
+        late = pool.submit(bias_relu, text("torch_only.py"), cfg.but(deadline=time.monotonic() - 1)).result(300)
         assert pool.snapshot().past_clock == 1 and pool.snapshot().evaluated == 0
-        fresh = pool.submit(bias_relu, text("torch_only.py"), replace(cfg)).result(300)
+        fresh = pool.submit(bias_relu, text("torch_only.py"), cfg).result(300)
         stats = pool.snapshot()
     assert late.verdict == Verdict.NOT_BUILT and late.error.startswith(NOT_JUDGED) and "clock ran out" in late.error
     assert fresh.verdict == Verdict.NO_CUSTOM_KERNEL and stats.evaluated == 1 and stats.linked_duplicates == 0
-    direct = evaluate(bias_relu, text("torch_only.py"), replace(cfg, deadline=time.monotonic() - 1))
+    direct = evaluate(bias_relu, text("torch_only.py"), cfg.but(deadline=time.monotonic() - 1))
     assert direct.verdict == Verdict.NOT_BUILT and direct.error == late.error
 
 
@@ -174,12 +173,12 @@ def test_pool_on_a_gpu_recycles_after_an_illegal_address(tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU visible")
     task = load_task(str(TASKS / "bias_relu.py"))
-    cfg = EvalConfig(device="cuda:0", trials=3, warmup=3, iters=20, input_sets=4, cache_dir=str(tmp_path))
+    cfg = EvalRun.of(device="cuda:0", trials=3, warmup=3, iters=20, input_sets=4, cache_dir=str(tmp_path))
     names = ["correct_cuda.py", "illegal_address_cuda.py", "correct_cuda.py", "correct_triton.py"]
     with EvalPool(PoolConfig(devices=["cuda:0"])) as pool:
         results = [pool.submit(task, text(n, GPU), cfg).result(timeout=900) for n in names]
         stats = pool.snapshot()
-    direct = [evaluate(task, text(n, GPU), replace(cfg)).verdict for n in names]
+    direct = [evaluate(task, text(n, GPU), cfg).verdict for n in names]
     assert [r.verdict for r in results] == direct
     assert stats.linked_duplicates == 1 and stats.recycled >= 1
 

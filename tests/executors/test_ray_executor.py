@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.evaluate import EvalConfig
+from kernelwright.evaluate import EvalRun
 from kernelwright.records import Verdict
 from kernelwright.study.log import ATTEMPTS, CELLS
 from kernelwright.study.runner import CellJob, DeviceSlots, fixed_cell, run_jobs
@@ -94,7 +94,7 @@ def test_a_study_survives_a_worker_node_dying_mid_job(cluster, tmp_path):
 
     task = load_task(str(TASKS / "bias_relu.py"))
     cache = tmp_path / "cache"
-    cfg = EvalConfig(device="cpu", trials=3, warmup=3, iters=20, input_sets=4, timeout=300.0, cache_dir=str(cache))
+    cfg = EvalRun.of(device="cpu", trials=3, warmup=3, iters=20, input_sets=4, timeout=300.0, cache_dir=str(cache))
     doomed = cluster.add_node(num_cpus=2, object_store_memory=80 * 2**20)
     cluster.wait_for_nodes()
     folder = tmp_path / "study"

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from kernelwright.errors import BadInput
-from kernelwright.evaluate import EvalConfig
+from kernelwright.evaluate import EvalRun
 
 
 def test_which_gpus_evaluate_is_chosen_only_for_a_cluster_started_here(monkeypatch):
@@ -78,9 +78,9 @@ def test_each_gpu_evaluates_under_its_own_lock_and_the_models_gpu_is_left_out(mo
             time.sleep(3)
             return os.environ["CUDA_VISIBLE_DEVICES"], lock_path("cuda:0").name, start, time.monotonic()
 
-        wants = executor.eval_resources(EvalConfig(device="cuda"))
+        wants = executor.eval_resources(EvalRun(device="cuda"))
         assert wants == {"num_cpus": 1, "num_gpus": 0.5}
-        assert executor.eval_resources(EvalConfig(device="cpu"))["num_gpus"] == 0
+        assert executor.eval_resources(EvalRun(device="cpu"))["num_gpus"] == 0
         # this machine has two cores: the probes ask for no CPU, so that only the GPUs limit them
         got = ray.get([probe.options(num_cpus=0, num_gpus=wants["num_gpus"]).remote() for _ in range(4)])
         assert sorted(g for g, _, _, _ in got) == ["1", "1", "2", "2"]

@@ -398,7 +398,7 @@ def test_a_composed_cuda_row_region_compiles(plans, tmp_path) -> None:
     max and sum combined, or run by thread 0 into the output row; __syncthreads, a lambda reading it
     back, the block-strided store) pre-checks right and is built by nvcc as on a GPU machine
     (compile only)."""
-    from kernelwright.evaluate import EvalConfig, evaluate
+    from kernelwright.evaluate import EvalRun, evaluate
 
     plan = plans[SOFTMAX_SCALE]
     steps = split(plan, parts=False)
@@ -424,7 +424,7 @@ def test_a_composed_cuda_row_region_compiles(plans, tmp_path) -> None:
     # built: the softmax by its parts, as the model's loops spread over the block, and the bf16 row
     for task_id, program in ((SOFTMAX_SCALE, by_parts), (SOFTMAX_SCALE, composed), (RMS_BF16, bf16_region)):
         result = evaluate(tasks[task_id], write(plans[task_id], "cuda").program_with(program),
-                          EvalConfig(device="cuda", compile_only=True, timeout=900.0, cache_dir=str(tmp_path)))
+                          EvalRun.of(device="cuda", compile_only=True, timeout=900.0, cache_dir=str(tmp_path)))
         assert result.verdict.value == "compiled", (task_id, result.error)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernelwright.evaluate import EvalConfig
+from kernelwright.evaluate import EvalRun
 from kernelwright.strategies import RegimeConfig, parse_regime
 
 TRANSCRIPTS = Path(__file__).resolve().parents[1] / "fixtures" / "transcripts"
@@ -42,8 +42,8 @@ def regime_config(spec: str) -> RegimeConfig:
     return parse_regime(spec, target="cpp", max_tokens=768, seed=0)
 
 
-def eval_config(cache_dir: str | None = None) -> EvalConfig:
-    return EvalConfig(device="cpu", trials=3, time=False, timeout=300.0, cache_dir=cache_dir)
+def eval_run(cache_dir: str | None = None) -> EvalRun:
+    return EvalRun.of(device="cpu", trials=3, time=False, timeout=300.0, cache_dir=cache_dir)
 
 
 def transcript(spec: str) -> Path:

@@ -57,7 +57,7 @@ def main(argv: list[str]) -> None:
         backend = Reusing(spec)
         for task_id in plan.PLAN[spec]:
             started = time.monotonic()
-            cell = run_regime(load_task(task_id), backend, plan.regime_config(spec), plan.eval_config(),
+            cell = run_regime(load_task(task_id), backend, plan.regime_config(spec), plan.eval_run(),
                               analysis_provider=provider)
             print(f"{spec:24s} {task_id:36s} {cell.verdict.value:18s} {len(cell.attempt_ids)} attempts "
                   f"{cell.usage.completion_tokens} tokens {time.monotonic() - started:.0f} s", flush=True)

@@ -27,7 +27,7 @@ def test_regime_runs_end_to_end_on_replay(spec, build_cache):
     for task_id in plan.PLAN[spec]:
         task = load_task(task_id)
         logged = []
-        cell = run_regime(task, backend, config, plan.eval_config(str(build_cache)), sink=logged.append,
+        cell = run_regime(task, backend, config, plan.eval_run(str(build_cache)), sink=logged.append,
                           analysis_provider=provider)
         # every candidate generated is recorded, not only the kept one, and the pick is the ranking key's
         assert cell.attempt_ids == [a.id for a in logged] and logged

@@ -56,7 +56,7 @@ class Scripted:
 
 
 def test_region_answers_are_sampled_under_the_grammar_with_grammar():
-    from kernelwright.evaluate import EvalConfig
+    from kernelwright.evaluate import EvalRun
     from kernelwright.scaffold.grammar import region_grammar
     from kernelwright.strategies.base import RunContext
     from kernelwright.tasks import load_tasks
@@ -65,7 +65,7 @@ def test_region_answers_are_sampled_under_the_grammar_with_grammar():
     for spec, constrained in (("search+grammar", True), ("search", False)):
         backend = Scripted()
         ctx = RunContext(task=task, backend=backend, config=parse_regime(spec, target="cpp", scaffold=True),
-                         eval_config=EvalConfig(device="cpu"), cell_key="k")
+                         eval_run=EvalRun(device="cpu"), cell_key="k")
         samples = region.draw(ctx, ctx.messages("the prompt"), 0, 2, 0.7)
         [request] = backend.requests
         assert request.grammar == (region_grammar(ctx.scaffold()) if constrained else None)
@@ -84,7 +84,7 @@ def test_a_repair_turn_follows_up_in_the_same_conversation():
     """Turn 2 is the task as turn 1 had it (the kernel, where the region goes), the failing region
     as the model's answer, and its counterexample with the reply rule: the frame stays in view.
     Real pre-check (the scripted `y = 2.0f * x;` is not GELU), so nothing is built."""
-    from kernelwright.evaluate import EvalConfig
+    from kernelwright.evaluate import EvalRun
     from kernelwright.strategies.base import RunContext
     from kernelwright.tasks import load_tasks
 
@@ -92,7 +92,7 @@ def test_a_repair_turn_follows_up_in_the_same_conversation():
     backend = Scripted()
     ctx = RunContext(task=task, backend=backend, config=parse_regime("search+n=2+turns=2+no_parts", target="cpp",
                                                                       scaffold=True),
-                     eval_config=EvalConfig(device="cpu"), cell_key="k")
+                     eval_run=EvalRun(device="cpu"), cell_key="k")
     S.run(ctx)
     first, second = (r.messages for r in backend.requests)
     assert [m.role for m in first] == ["system", "user"] and "REGION BEGIN" in first[1].content
@@ -176,7 +176,7 @@ def test_search_on_real_answers_builds_only_what_the_precheck_passed(build_cache
     six refuted in milliseconds (five counterexamples, one compiler error), one duplicate, and the
     one region that passed is the one built, and it is correct. They were sampled unconstrained
     (before the grammar), so the regime replays them without +grammar: the request is the recorded one."""
-    from kernelwright.evaluate import EvalConfig
+    from kernelwright.evaluate import EvalRun
     from kernelwright.llm import make_backend
     from kernelwright.optimize.inputs import load_input
     from kernelwright.strategies import run_regime, selection
@@ -185,7 +185,7 @@ def test_search_on_real_answers_builds_only_what_the_precheck_passed(build_cache
     config = parse_regime("search+no_steps", target="cpp", seed=0, max_tokens=1024, scaffold=True)
     logged = []
     cell = run_regime(task, make_backend(f"replay:{TRANSCRIPT}"), config,
-                      EvalConfig(device="cpu", trials=3, time=False, timeout=300.0, cache_dir=str(build_cache)),
+                      EvalRun.of(device="cpu", trials=3, time=False, timeout=300.0, cache_dir=str(build_cache)),
                       sink=logged.append)
     verdicts = [a.eval.verdict.value for a in logged]
     assert verdicts == ["wrong_output", "correct", "wrong_output", "wrong_output", "compile_error", "wrong_output",
@@ -214,7 +214,7 @@ class Answers:
 
 
 def _bias_add_search(regions: list[str], spec: str, build_cache):
-    from kernelwright.evaluate import EvalConfig
+    from kernelwright.evaluate import EvalRun
     from kernelwright.strategies import run_regime
     from kernelwright.tasks import load_tasks
 
@@ -222,7 +222,7 @@ def _bias_add_search(regions: list[str], spec: str, build_cache):
     logged = []
     run_regime(task, Answers(regions), parse_regime(f"{spec}+n={len(regions)}+turns=1", target="cpp", seed=0,
                                                     scaffold=True),
-               EvalConfig(device="cpu", trials=2, time=False, timeout=300.0, cache_dir=str(build_cache)),
+               EvalRun.of(device="cpu", trials=2, time=False, timeout=300.0, cache_dir=str(build_cache)),
                sink=logged.append)
     return logged
 
@@ -276,13 +276,13 @@ def test_a_verified_kernel_is_timed_under_its_other_launch_settings(build_cache)
     """Speed search: once a region is verified, the same program with each of the skeleton's other
     launch settings (here a row kernel's warps) is evaluated in full and recorded as an attempt of
     the turn, costing no tokens; +no_tune does none of it."""
-    from kernelwright.evaluate import EvalConfig
+    from kernelwright.evaluate import EvalRun
     from kernelwright.scaffold import launch_variants, plan_task, write
     from kernelwright.strategies import run_regime
     from kernelwright.tasks import load_task
 
     task = load_task("builtin/L1/05_row_sum")
-    cfg = EvalConfig(device="cpu", trials=2, time=False, timeout=300.0, cache_dir=str(build_cache),
+    cfg = EvalRun.of(device="cpu", trials=2, time=False, timeout=300.0, cache_dir=str(build_cache),
                      extra_env={"TRITON_INTERPRET": "1"})
     answer = "y = tl.sum(x, axis=0)"
 
@@ -345,13 +345,13 @@ def test_a_verified_gemm_region_is_also_timed_in_its_library_twin(build_cache):
     """A region verified in the Triton GEMM skeleton is evaluated once more in the skeleton that
     leaves the GEMM to the library and runs the region after it (its library twin): recorded as a
     variant of the turn, no tokens, the twin's program (no tl.dot), its own verdict."""
-    from kernelwright.evaluate import EvalConfig
+    from kernelwright.evaluate import EvalRun
     from kernelwright.executors.base import Direct
     from kernelwright.strategies import run_regime
     from kernelwright.tasks import load_task
 
     task = load_task("builtin/L2/01_linear_gelu_scale")
-    cfg = EvalConfig(device="cpu", trials=2, time=False, timeout=300.0, cache_dir=str(build_cache),
+    cfg = EvalRun.of(device="cpu", trials=2, time=False, timeout=300.0, cache_dir=str(build_cache),
                      extra_env={"TRITON_INTERPRET": "1"})
     answer = "y = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476)) * 0.5"
     logged = []

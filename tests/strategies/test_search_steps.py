@@ -41,13 +41,13 @@ class ByLine:
 
 
 def _run(spec: str, backend, build_cache=None):
-    from kernelwright.evaluate import EvalConfig
+    from kernelwright.evaluate import EvalRun
     from kernelwright.strategies.base import RunContext
     from kernelwright.tasks import load_tasks
 
     task = next(t for t in load_tasks("builtin") if t.id == TASK)
     ctx = RunContext(task=task, backend=backend, config=parse_regime(spec, target="cpp", scaffold=True),
-                     eval_config=EvalConfig(device="cpu", trials=2, time=False, timeout=300.0,
+                     eval_run=EvalRun.of(device="cpu", trials=2, time=False, timeout=300.0,
                                             cache_dir=str(build_cache) if build_cache else None), cell_key="k")
     S.run(ctx)
     return ctx
@@ -126,7 +126,7 @@ def test_a_gemms_epilogue_is_searched_a_line_at_a_time_and_built_in_the_gemm_ske
 
     if importlib.util.find_spec("triton") is None:
         pytest.skip("triton is not installed")
-    from kernelwright.evaluate import EvalConfig
+    from kernelwright.evaluate import EvalRun
     from kernelwright.scaffold import plan_task
     from kernelwright.scaffold.steps import split
     from kernelwright.strategies.base import RunContext
@@ -137,7 +137,7 @@ def test_a_gemms_epilogue_is_searched_a_line_at_a_time_and_built_in_the_gemm_ske
     backend = OracleLines(steps)
     ctx = RunContext(task=task, backend=backend,
                      config=parse_regime("search+n=1+turns=1+no_tune", target="triton", scaffold=True),
-                     eval_config=EvalConfig(device="cpu", trials=2, time=False, timeout=300.0,
+                     eval_run=EvalRun.of(device="cpu", trials=2, time=False, timeout=300.0,
                                             cache_dir=str(build_cache), extra_env={"TRITON_INTERPRET": "1"}),
                      cell_key="k")
     S.run(ctx)
@@ -168,7 +168,7 @@ def test_a_line_that_reads_the_kernels_names_or_only_comments_is_no_pass():
     """A line is transplanted into the composed kernel, where the skeleton's own names (x_ptr,
     offs) mean something else: a line that reads them is refused before its pre-check, and the
     repair says why; a comment alone is no answer (it would pass a near-identity line)."""
-    from kernelwright.evaluate import EvalConfig
+    from kernelwright.evaluate import EvalRun
     from kernelwright.strategies.base import RunContext
     from kernelwright.tasks import load_tasks
 
@@ -176,7 +176,7 @@ def test_a_line_that_reads_the_kernels_names_or_only_comments_is_no_pass():
     backend = SkeletonReader()
     ctx = RunContext(task=task, backend=backend,
                      config=parse_regime("search+n=1+turns=2+no_tune+no_parts", target="triton", scaffold=True),
-                     eval_config=EvalConfig(device="cpu", trials=2, time=False, timeout=300.0), cell_key="k")
+                     eval_run=EvalRun.of(device="cpu", trials=2, time=False, timeout=300.0), cell_key="k")
     assert steps.search_lines(ctx, n=1, turns=2, temperature=S.DEFAULT_TEMPERATURE) is False
     by_line = {}
     for a in ctx.attempts:

@@ -46,11 +46,9 @@ def normalise(region: str) -> str:
 def task_plan(ctx: RunContext) -> Any:
     """The plan the task's scaffold was written from (cached): it carries the probes and PyTorch's
     values on them, which every pre-check reads."""
-    from kernelwright.device import resolve_size
     from kernelwright.scaffold import plan_task
 
-    return plan_task(ctx.task, resolve_size(ctx.eval_config.device, ctx.eval_config.size),
-                     device=ctx.eval_config.device)
+    return plan_task(ctx.task, ctx.eval_run.size, device=ctx.eval_run.device)
 
 
 def sample_note(s: Sample, samples: list[Sample], line: Optional[int] = None,

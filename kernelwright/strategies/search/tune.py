@@ -3,8 +3,6 @@ and a GEMM region in its library twin; no model call, each variant judged in ful
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from kernelwright.events import Evaluating, Judged
 from kernelwright.llm.base import ChatMessage, Completion
 from kernelwright.records import Attempt, EvalResult
@@ -36,7 +34,7 @@ def tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attempt
     # After other cells' first candidates in a shared pool, and without compiling the reference
     # again: the compile baseline is the task's, measured once by the verified kernel's evaluation
     # (it was 2-5 full evaluations a variant before, on the H200 over half a study's evaluations).
-    cfg = replace(ctx.eval_config, priority=1, compile_baseline=False)
+    run = ctx.eval_run.but(priority=1, compile_baseline=False)
     # the answer is the verified one; the variant cost no tokens
     answer = Completion(text=best.raw_response, finish_reason=best.finish_reason, prompt_tokens=0,
                         completion_tokens=0, latency_s=0.0)
@@ -54,9 +52,9 @@ def tune(ctx: RunContext, messages: tuple[ChatMessage, ...], batch: list[Attempt
             return
         sample = first_sample + k
         ctx.progress(Evaluating(turn=turn, sample=sample, n=len(programs)))
-        result = ctx.evaluate(program, cfg)
+        result = ctx.evaluate(program, run)
         baseline_of = None
-        if ctx.eval_config.compile_baseline:
+        if ctx.eval_run.config.compile_baseline:
             result = with_baseline(result, best.eval)
             baseline_of = best.id
         note = TuneNote(tune=knobs, of=best.id, compile_baseline_of=baseline_of)
