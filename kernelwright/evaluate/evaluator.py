@@ -23,7 +23,7 @@ from kernelwright import confine, devmem, pyast
 from kernelwright import device as device_lock
 from kernelwright.device import cuda_arch, resolve_size, validate_device
 from kernelwright.errors import ConfinementError, EvaluatorError, GPUUnavailableError, InfrastructureError
-from kernelwright.evaluate import buildcache, buildspec, diskroom, sandbox
+from kernelwright.evaluate import buildcache, buildpch, buildspec, diskroom, sandbox
 from kernelwright.evaluate.static_checks import check_source
 from kernelwright.extract import extract_code
 from kernelwright.measure.draw import SEED
@@ -147,8 +147,22 @@ def _is_number(v: Any) -> bool:
 
 
 def cache_root(cfg: EvalConfig) -> Path:
-    root = cfg.cache_dir or os.environ.get("KERNELWRIGHT_CACHE") or os.path.join(Path.home(), ".cache", "kernelwright")
-    return Path(root)
+    return Path(cfg.cache_dir or default_cache_root())
+
+
+def default_cache_root() -> str:
+    return os.environ.get("KERNELWRIGHT_CACHE") or os.path.join(Path.home(), ".cache", "kernelwright")
+
+
+def pch_folder() -> str:
+    """The machine's precompiled torch headers (buildpch.py), made here when missing, so that a
+    builder's box started ahead (a pool's spare) sees the headers made later too."""
+    folder = os.environ.get("KERNELWRIGHT_PCH_CACHE") or os.path.join(default_cache_root(), "builds", "pch")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        pass  # not writable: no header is made, and the box binds what exists
+    return folder
 
 
 # GPUs on which a candidate timed out or crashed; probed before the next evaluation uses them.
@@ -389,6 +403,8 @@ def sandbox_hold(cfg: EvalConfig, prebuild: bool = False) -> sandbox.Confine:
     # sandbox copies in the entries a job may load) or the device-lock folder (the judge inherits
     # descriptors of its device's locks: timing must exclude other processes' work on the device)
     visible = confine.python_paths()
+    if prebuild and not cfg.compile_only:
+        visible.append(pch_folder())  # the trusted builder's precompiled torch headers, read-only
     # the judge (judge.py) never imports the candidate, which runs in a runner process (runner.py);
     # their shared memory is a memfd on the CPU and a CUDA IPC allocation on a GPU (cuda_arena.py)
     return sandbox.Confine(limits=confine.Limits.for_run(cfg.timeout, cfg.memory_limit_mb, cfg.scratch_mb),
@@ -485,7 +501,6 @@ def shared_builds(code: str, cfg: EvalConfig, job: EvalJob, run: SandboxRun) -> 
     torch_version = buildcache.torch_version()
     if torch_version is None:
         return None  # the worker keys by torch.__version__ then: nothing to share safely
-    started = time.monotonic()
     env = sandbox_env(cfg)
     arch = _gpu_arch(job.device) if job.device.startswith("cuda") else env.get("TORCH_CUDA_ARCH_LIST", "")
     root = str(builds_root(cfg))
@@ -493,12 +508,16 @@ def shared_builds(code: str, cfg: EvalConfig, job: EvalJob, run: SandboxRun) -> 
     present = [k for k, b in keyed.items() if buildcache.lookup(root, buildcache.SHARED, k, b.name)[0] is not None]
     present += [k for k in keyed if k not in present and buildcache.failure(root, k) is not None]
     todo = {k: b for k, b in keyed.items() if k not in present}
+    # the precompiled torch header of each build's flags, made once per cache (not the candidate's
+    # time: it serves every later build with those flags)
+    pch = {k: buildpch.header_for(pch_folder(), b.arguments, torch_version, env) for k, b in todo.items()}
+    started = time.monotonic()
     built: list[str] = []
     failed: list[str] = []
     timed_out, confinement = False, None
     for key, build in todo.items():
         # one box per key: a hostile flag's command runs where no other key's build is
-        build_job = BuildJob(arch=arch, builds=[BuildRequest(key=key, arguments=build.arguments)])
+        build_job = BuildJob(arch=arch, builds=[BuildRequest(key=key, arguments=build.arguments, pch=pch[key])])
         outcome = run(build_job, timeout=max(1.0, cfg.timeout - (time.monotonic() - started)), env=env,
                       held=sandbox_hold(cfg, prebuild=True))
         timed_out, confinement = outcome.timed_out, outcome.confinement
