@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kernelwright.evaluate import buildcache
+from kernelwright.evaluate.taxonomy import is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -125,12 +126,16 @@ def _exclusive(path: Path, wait: bool):
 
 def _compile(root: Path, key: str, flags: list[str], env: dict[str, str]) -> None:
     """Compile the header into a staged folder, renamed into place when complete."""
+    for stale in root.glob(f".{key}.*"):  # left by a compile that was killed (this key's lock is ours)
+        shutil.rmtree(stale, ignore_errors=True)
     staged = Path(tempfile.mkdtemp(dir=root, prefix=f".{key}."))
     try:
         proc = subprocess.run([sys.executable, "-m", "kernelwright.evaluate.buildpch", str(staged), *flags],
                               env=env, cwd=staged, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         if proc.returncode != 0 or not (staged / GCH).is_file():
-            (root / f"{key}{FAILED}").write_text(proc.stdout[-4000:] + proc.stderr[-4000:])
+            text = proc.stdout[-4000:] + proc.stderr[-4000:]
+            if not is_disk_full(text):  # a full disk may pass: tried again next time
+                (root / f"{key}{FAILED}").write_text(text)
             log.warning("torch's header does not precompile with %s: %s", flags, proc.stderr[-400:])
             return
         staged.chmod(0o755)  # mkdtemp's 0700: the builder's box reads it
