@@ -539,6 +539,7 @@ class EvalJob(BaseModel):
 class BuildRequest(BaseModel):
     key: str  # the build cache's key of these arguments
     arguments: dict[str, Any]  # load_inline's, bound by name
+    pch: Optional[str] = None  # a precompiled <torch/extension.h> to -include (evaluate/buildpch.py)
 
 
 class BuildJob(BaseModel):

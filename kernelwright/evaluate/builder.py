@@ -42,6 +42,9 @@ def run(job: BuildJob, outbox: int) -> None:
         folder = os.path.join(job.workdir, "trusted-builds", build.key)
         os.makedirs(folder, exist_ok=True)
         arguments = {**build.arguments, "build_directory": folder, "verbose": False}
+        if build.pch and os.path.isfile(build.pch):
+            # the parsed torch header, where the flags match (GCC checks); the key stays the arguments'
+            arguments["extra_cflags"] = [*(arguments.get("extra_cflags") or []), "-include", build.pch]
         name = f"{arguments.get('name')}{buildcache.SUFFIX}"
         try:
             built = load_inline(**arguments)

@@ -23,7 +23,7 @@ from kernelwright import confine, devmem, pyast
 from kernelwright import device as device_lock
 from kernelwright.device import cuda_arch, validate_device
 from kernelwright.errors import ConfinementError, EvaluatorError, GPUUnavailableError, InfrastructureError
-from kernelwright.evaluate import buildcache, buildspec, diskroom, sandbox
+from kernelwright.evaluate import buildcache, buildpch, buildspec, diskroom, sandbox
 from kernelwright.evaluate.config import DEFAULT_TIMEOUT_S, EvalConfig, EvalRun
 from kernelwright.evaluate.static_checks import check_source
 from kernelwright.extract import extract_code
@@ -270,6 +270,17 @@ def make_job(task: Task, code: str, code_hash: str, run: EvalRun, prebuild: bool
         compat=cfg.compat)
 
 
+def pch_folder() -> str:
+    """The machine's precompiled torch headers (buildpch.py), made here when missing, so that a
+    builder's box started ahead (a pool's spare) sees the headers made later too."""
+    folder = os.environ.get("KERNELWRIGHT_PCH_CACHE") or os.path.join(EvalRun().cache_root(), "builds", "pch")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        pass  # not writable: no header is made, and the box binds what exists
+    return folder
+
+
 def builds_root(run: EvalRun) -> Path:
     return run.cache_root() / "builds"
 
@@ -286,6 +297,8 @@ def sandbox_hold(run: EvalRun, prebuild: bool = False) -> sandbox.Confine:
     # sandbox copies in the entries a job may load) or the device-lock folder (the judge inherits
     # descriptors of its device's locks: timing must exclude other processes' work on the device)
     visible = confine.python_paths()
+    if prebuild and not run.config.compile_only:
+        visible.append(pch_folder())  # the trusted builder's precompiled torch headers, read-only
     # the judge (judge.py) never imports the candidate, which runs in a runner process (runner.py);
     # their shared memory is a memfd on the CPU and a CUDA IPC allocation on a GPU (cuda_arena.py)
     cfg = run.config
@@ -385,7 +398,6 @@ def shared_builds(code: str, run: EvalRun, job: EvalJob, sandbox_run: SandboxRun
     torch_version = buildcache.torch_version()
     if torch_version is None:
         return None  # the worker keys by torch.__version__ then: nothing to share safely
-    started = time.monotonic()
     env = sandbox_env(run)
     arch = _gpu_arch(job.device) if job.device.startswith("cuda") else env.get("TORCH_CUDA_ARCH_LIST", "")
     root = str(builds_root(run))
@@ -393,13 +405,18 @@ def shared_builds(code: str, run: EvalRun, job: EvalJob, sandbox_run: SandboxRun
     present = [k for k, b in keyed.items() if buildcache.lookup(root, buildcache.SHARED, k, b.name)[0] is not None]
     present += [k for k in keyed if k not in present and buildcache.failure(root, k) is not None]
     todo = {k: b for k, b in keyed.items() if k not in present}
+    # the precompiled torch header of each build's flags, made once per cache (not the candidate's
+    # time: it serves every later build with those flags); compile-only's objects build without it
+    pch = {} if run.config.compile_only else \
+        {k: buildpch.header_for(pch_folder(), b.arguments, torch_version, env) for k, b in todo.items()}
+    started = time.monotonic()
     built: list[str] = []
     objects: list[str] = []
     failed: list[str] = []
     timed_out, confinement = False, None
     for key, build in todo.items():
         # one box per key: a hostile flag's command runs where no other key's build is
-        build_job = BuildJob(arch=arch, builds=[BuildRequest(key=key, arguments=build.arguments)],
+        build_job = BuildJob(arch=arch, builds=[BuildRequest(key=key, arguments=build.arguments, pch=pch.get(key))],
                              compile_only=run.config.compile_only)
         left = max(1.0, run.config.timeout - (time.monotonic() - started))
         outcome = sandbox_run(build_job, timeout=left, env=env, held=sandbox_hold(run, prebuild=True))

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelwright.evaluate import buildcache, evaluate
+from kernelwright.evaluate import buildcache, buildpch, evaluate
+from kernelwright.evaluate.evaluator import pch_folder, sandbox_env
 from kernelwright.evaluate.buildspec import literal_builds
 from kernelwright.records import Verdict
 from kernelwright.tasks import load_task
@@ -89,6 +90,25 @@ def test_two_candidates_with_one_extension_build_it_once(bias_relu, fast_cfg, tm
         assert [b.get("cache_scope") for b in r.builds] == ["shared"], r.builds
     shared = Path(cfg.cache_dir) / "builds" / buildcache.SHARED
     assert len(list(shared.glob(f"*/{buildcache.INDEX}"))) == 1
+    # the machine's precompiled torch header for its flags, made by the first build that needed it
+    [spec] = literal_builds(first_text).builds
+    header = buildpch.header_for(pch_folder(), spec.arguments, buildcache.torch_version(), sandbox_env(cfg), wait=True)
+    assert header is not None and Path(header + ".gch").stat().st_size > 1 << 20
+
+
+@pytest.mark.parametrize("arguments, served", [
+    ({"cpp_sources": "x", "functions": ["f"], "with_cuda": False}, True),
+    ({"cpp_sources": ["x"], "extra_cflags": ["-O3", "-fopenmp", "-march=native", "-DKW_A=1", "-std=c++17", "-g"]}, True),
+    ({"cpp_sources": "x", "cuda_sources": "y"}, False),  # main.cpp then holds CUDA's declarations
+    ({"cpp_sources": "x", "extra_include_paths": ["/x"]}, False),  # another <torch/extension.h> may be there
+    ({"cpp_sources": "x", "no_implicit_headers": True}, False),  # the header would add names to the unit
+    # the header is compiled on the host: nothing that names a file, a program, a plugin or a shell word
+    *(({"cpp_sources": "x", "extra_cflags": [flag]}, False) for flag in (
+        "-fplugin=/x/p.so", "-B/x", "-include/x/h.h", "@/x/args", "-Wl,-rpath,/x", "-Wa,-x", "-specs=/x",
+        "-DX=`id`", "-DX=$(id)", "-O3 -fopenmp", "-o/x", "-wrapper", "-iquote/x")),
+])
+def test_only_plain_builds_get_the_precompiled_header(arguments, served):
+    assert (buildpch.plain_flags({"name": "kw", **arguments}) is not None) is served
 
 
 @pytest.mark.build

@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kernelwright.llm import BackendError, GenerationRequest, make_backend
-from kernelwright.llm.transformers_backend import split_target
+from kernelwright.llm.transformers_backend import TransformersBackend, split_target
 from tests.llm.conftest import need
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def backend(small_model: Path):
+def backend(small_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TransformersBackend]:
+    """One model for the module: dequantising the GGUF is most of a minute, so it is done once, and
+    kept (in a cache folder of the module's own) for the read-back test to load the copy."""
     need("transformers", "gguf", extra="hf")
-    return make_backend("hf:qwen2.5-coder-0.5b?batch_size=4")
+    from kernelwright.llm import local_model
+
+    cache = tmp_path_factory.mktemp("model-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(local_model, "cache_dir", lambda: cache)
+        yield make_backend(f"hf:{small_model}?batch_size=4&keep_dequantized=true")
 
 
 def test_batched_generation_counts_and_seed(backend) -> None:
@@ -59,18 +67,14 @@ def test_gguf_target_forms(tmp_path: Path) -> None:
         split_target(str(bad))
 
 
-def test_dequantized_weights_are_kept_and_read_back(small_model: Path, tmp_path: Path, monkeypatch) -> None:
-    need("transformers", "gguf", extra="hf")
-    from kernelwright.llm import local_model
-    from kernelwright.llm.transformers_backend import TransformersBackend, dequantized_dir
+def test_dequantized_weights_are_kept_and_read_back(backend, small_model: Path) -> None:
+    from kernelwright.llm.transformers_backend import dequantized_dir
 
-    monkeypatch.setattr(local_model, "cache_dir", lambda: tmp_path)
     req = GenerationRequest.chat("Reply with the word OK.", temperature=0.0, max_tokens=8)
-    first = TransformersBackend(str(small_model.parent), gguf_file=small_model.name, device="cpu",
-                                keep_dequantized=True)
+    first = backend  # dequantised from the GGUF, and kept (`keep_dequantized=true`)
     kept = dequantized_dir(small_model, "bfloat16")
     assert first.loaded_from == str(small_model.parent) and (kept / "config.json").is_file()
-    second = TransformersBackend(str(small_model.parent), gguf_file=small_model.name, device="cpu",
+    second = TransformersBackend(str(small_model.parent), gguf_file=small_model.name, device=first.device,
                                  keep_dequantized=True)
     assert second.loaded_from == str(kept)
     assert second.generate([req])[0][0].text == first.generate([req])[0][0].text
