@@ -175,8 +175,12 @@ class EvalRun:
         return self.config.size_on(self.device)
 
     def cache_root(self) -> Path:
-        return Path(self.cache_dir or os.environ.get("KERNELWRIGHT_CACHE")
-                    or os.path.join(Path.home(), ".cache", "kernelwright"))
+        return Path(self.cache_dir) if self.cache_dir else default_cache_root()
+
+
+def default_cache_root() -> Path:
+    """The machine's cache: KERNELWRIGHT_CACHE, else ~/.cache/kernelwright."""
+    return Path(os.environ.get("KERNELWRIGHT_CACHE") or os.path.join(Path.home(), ".cache", "kernelwright"))
 
 
 def _is_size(v: Any) -> bool:

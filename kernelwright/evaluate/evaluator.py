@@ -24,7 +24,7 @@ from kernelwright import device as device_lock
 from kernelwright.device import cuda_arch, validate_device
 from kernelwright.errors import ConfinementError, EvaluatorError, GPUUnavailableError, InfrastructureError
 from kernelwright.evaluate import buildcache, buildpch, buildspec, diskroom, sandbox
-from kernelwright.evaluate.config import DEFAULT_TIMEOUT_S, EvalConfig, EvalRun
+from kernelwright.evaluate.config import DEFAULT_TIMEOUT_S, EvalConfig, EvalRun, default_cache_root
 from kernelwright.evaluate.static_checks import check_source
 from kernelwright.extract import extract_code
 from kernelwright.records import (
@@ -273,7 +273,7 @@ def make_job(task: Task, code: str, code_hash: str, run: EvalRun, prebuild: bool
 def pch_folder() -> str:
     """The machine's precompiled torch headers (buildpch.py), made here when missing, so that a
     builder's box started ahead (a pool's spare) sees the headers made later too."""
-    folder = os.environ.get("KERNELWRIGHT_PCH_CACHE") or os.path.join(EvalRun().cache_root(), "builds", "pch")
+    folder = os.environ.get("KERNELWRIGHT_PCH_CACHE") or os.path.join(default_cache_root(), "builds", "pch")
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError:
